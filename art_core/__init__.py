@@ -1,0 +1,71 @@
+"""art_core: train multi-step, tool-using LLM agents with GRPO, rewarded by RULER or the environment.
+
+The public names follow OpenPipe's ART, so ART rollout code ports by changing the import:
+
+    import art_core as art
+    model = art.TrainableModel(name="agent-001", project="retail", base_model="/models/tiny")
+    await model.register(art.LocalBackend(path="./.art"))
+    groups = await art.gather_trajectory_groups(
+        art.TrajectoryGroup(rollout(model, s) for _ in range(8)) for s in scenarios)
+    await model.train(groups)
+
+Importing this package stays light: torch, vLLM, transformers and Prefect load only when a module
+that needs them is used (LocalBackend, the trainer, the tiny-model builder).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from art_core.backend import Backend, TrainResult
+from art_core.gather import TooManyExceptions, gather_trajectory_groups, trajectory_group
+from art_core.model import Model, TrainableModel
+from art_core.storage import Storage, validate_name
+from art_core.training.config import TrainConfig
+from art_core.trajectories import (
+    Messages,
+    MessagesAndChoices,
+    RolloutError,
+    Tools,
+    Trajectory,
+    TrajectoryGroup,
+)
+
+# Names whose modules pull heavy dependencies (or litellm): imported on first use.
+_LAZY = {
+    "LocalBackend": "art_core.local_backend",
+    "ruler": "art_core.rewards.ruler",
+    "ruler_score_group": "art_core.rewards.ruler",
+    "load_environment": "art_core.envs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'art_core' has no attribute {name!r}")
+
+
+__all__ = [
+    "Backend",
+    "LocalBackend",
+    "Messages",
+    "MessagesAndChoices",
+    "Model",
+    "RolloutError",
+    "Storage",
+    "TooManyExceptions",
+    "Tools",
+    "TrainConfig",
+    "TrainResult",
+    "TrainableModel",
+    "Trajectory",
+    "TrajectoryGroup",
+    "gather_trajectory_groups",
+    "load_environment",
+    "ruler",
+    "ruler_score_group",
+    "trajectory_group",
+    "validate_name",
+]

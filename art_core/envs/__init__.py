@@ -1,0 +1,41 @@
+"""Environments: scenarios, tools and a scored rollout. `load_environment(name, **options)` finds one.
+
+    >>> env = load_environment("tic-tac-toe")          # a shipped one
+    >>> env = load_environment("my_pkg.my_env")         # a module with load_environment(**options)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from art_core.envs.base import SPLITS, Environment, Scenario, Split
+
+# name -> module exposing load_environment(**options); imported only when asked for
+SHIPPED = {
+    "retail": "art_core.envs.retail",
+    "airline": "art_core.envs.airline",
+    "2048": "art_core.envs.game_2048",
+    "tic-tac-toe": "art_core.envs.tictactoe",
+}
+
+
+def load_environment(name: str, **options: Any) -> Environment:
+    """Return the environment called `name` (a shipped name or an importable module path)."""
+    module_name = SHIPPED.get(name, name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if name in SHIPPED or e.name != module_name:
+            raise
+        raise ValueError(
+            f"unknown environment {name!r}: use one of {', '.join(SHIPPED)} or an importable module "
+            "that defines load_environment(**options)"
+        ) from None
+    loader = getattr(module, "load_environment", None)
+    if loader is None:
+        raise ValueError(f"module {module_name!r} has no load_environment(**options) function")
+    return loader(**options)
+
+
+__all__ = ["SPLITS", "Environment", "Scenario", "Split", "load_environment"]

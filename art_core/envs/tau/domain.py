@@ -1,0 +1,97 @@
+"""What a tau-bench-style customer-service domain provides: a seeded database, tools, tasks, a policy.
+
+The reward compares databases, not conversations: after the episode, the agent's database must equal
+the database obtained by replaying the task's gold actions on a fresh copy (compared by the hash of a
+canonical JSON form), and every required output must have been said to the user.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+Database = dict[str, Any]
+ToolFn = Callable[..., Any]  # fn(db, **kwargs) -> JSON-able result; mutates db for writes
+
+
+class ToolError(Exception):
+    """A tool refused its arguments or the state of the database; the message goes back to the agent."""
+
+
+class Action(BaseModel):
+    """One tool call: a name and its keyword arguments."""
+
+    name: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class Task(BaseModel):
+    """One customer's conversation to have: who they are, what they want, and what must happen."""
+
+    id: str
+    user_id: str
+    request: str  # the customer's opening message, in plain words
+    instruction: str  # the private instruction an LLM user simulator plays
+    known_info: dict[str, str] = Field(default_factory=dict)  # facts the customer can reveal when asked
+    actions: list[Action] = Field(default_factory=list)  # gold writes; [] where the policy says refuse
+    outputs: list[str] = Field(default_factory=list)  # what the agent must say to the user
+
+
+@dataclass
+class Domain:
+    """Everything a customer-service environment needs, all of it deterministic given a seed."""
+
+    name: str
+    policy: str
+    make_db: Callable[[int], Database]  # seed -> a fresh database
+    tools: dict[str, ToolFn]  # name -> fn(db, **kwargs)
+    tool_schemas: list[dict[str, Any]]  # OpenAI function schemas, one per tool
+    make_tasks: Callable[[Database, int], dict[str, list[Task]]]  # (db, seed) -> {"train": [...], "val": [...], "test": [...]}
+    write_tools: frozenset[str] = field(default_factory=frozenset)  # tools that change the database
+    terminal_tools: frozenset[str] = field(default_factory=lambda: frozenset({"transfer_to_human_agents"}))
+
+
+def hash_db(db: Database) -> str:
+    """SHA-256 of a canonical JSON form (sorted keys): equal databases hash equal."""
+    return hashlib.sha256(json.dumps(db, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def call_tool(domain: Domain, db: Database, name: str, kwargs: dict[str, Any]) -> str:
+    """Run one tool and return what the agent sees; bad names or arguments come back as an error text."""
+    fn = domain.tools.get(name)
+    if fn is None:
+        return f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(domain.tools))}"
+    try:
+        result = fn(db, **kwargs)
+    except ToolError as e:
+        return f"Error: {e}"
+    except TypeError as e:  # wrong or missing keyword arguments
+        return f"Error: bad arguments for {name}: {e}"
+    return result if isinstance(result, str) else json.dumps(result, sort_keys=True)
+
+
+def replay(domain: Domain, db: Database, actions: list[Action]) -> Database:
+    """A copy of `db` with the actions applied in order (a gold action that errors is a generator bug)."""
+    out = copy.deepcopy(db)
+    for a in actions:
+        if a.name in domain.terminal_tools:
+            continue
+        domain.tools[a.name](out, **a.kwargs)
+    return out
+
+
+def _normalize(text: str) -> str:
+    return text.lower().replace(",", "")
+
+
+def reward(domain: Domain, initial_db: Database, final_db: Database, task: Task, said_to_user: list[str]) -> dict[str, float]:
+    """1.0 only if the final database equals the gold replay and every required output was said."""
+    r_actions = float(hash_db(final_db) == hash_db(replay(domain, initial_db, task.actions)))
+    said = [_normalize(s) for s in said_to_user]
+    r_outputs = float(all(any(_normalize(o) in s for s in said) for o in task.outputs))
+    return {"reward": r_actions * r_outputs, "r_actions": r_actions, "r_outputs": r_outputs}

@@ -1,0 +1,198 @@
+"""Object storage over fsspec: a local folder by default, s3://bucket/prefix through s3fs.
+
+Layout under the root (see DESIGN.md):
+
+    {project}/models/{name}/model.json
+    {project}/models/{name}/checkpoints/{step:04d}/   (adapter + trainer state; COMPLETE written last)
+    {project}/models/{name}/trajectories/{split}/{step:04d}.jsonl
+    {project}/models/{name}/history.jsonl
+    {project}/models/{name}/eval/{step:04d}.json
+
+    >>> store = Storage("/tmp/art")
+    >>> store.model_path("demo", "agent-1")
+    '/tmp/art/demo/models/agent-1'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Iterable
+
+import fsspec
+
+from art_core.trajectories import TrajectoryGroup, read_jsonl, write_jsonl
+
+CHECKPOINT_MARKER = "COMPLETE"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def validate_name(value: str, what: str = "name") -> str:
+    """Refuse names that could escape the storage layout: empty, path separators, '..', odd characters.
+
+    >>> validate_name("agent-001")
+    'agent-001'
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string")
+    if "/" in value or "\\" in value or ".." in value or not _NAME_RE.match(value) or len(value) > 128:
+        raise ValueError(
+            f"{what} {value!r} is not allowed: use letters, digits, '.', '_' and '-' (starting with a letter "
+            "or digit, at most 128 characters), with no path separators and no '..'"
+        )
+    return value
+
+
+def storage_options_from_env() -> dict[str, Any]:
+    """s3fs options from the usual AWS variables; an endpoint URL points at MinIO, moto or another S3."""
+    opts: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        opts["endpoint_url"] = endpoint
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        opts["secret"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    return opts
+
+
+class Storage:
+    """A root URL plus the project's layout. Everything crossing a process is a URL under this root."""
+
+    def __init__(self, root: str, **storage_options: Any) -> None:
+        if not root:
+            raise ValueError("storage root is empty: give a local folder or s3://bucket/prefix")
+        self.root = root.rstrip("/")
+        protocol = fsspec.utils.get_protocol(self.root)
+        if protocol == "file":
+            self.root = os.path.abspath(os.path.expanduser(self.root.removeprefix("file://")))
+        elif protocol == "s3" and not storage_options:
+            storage_options = storage_options_from_env()
+        self.protocol = protocol
+        self.fs: fsspec.AbstractFileSystem = fsspec.filesystem(protocol, **storage_options)
+        self.storage_options = storage_options
+
+    def __repr__(self) -> str:
+        return f"Storage({self.root!r})"
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    # ---- paths -----------------------------------------------------------------------------
+    def join(self, *parts: str) -> str:
+        """A path under the root; a first part that already is a path under the root is extended."""
+        if parts and (parts[0] == self.root or parts[0].startswith(self.root + "/")):
+            base, parts = parts[0].rstrip("/"), parts[1:]
+        else:
+            base = self.root
+        return "/".join([base, *[p.strip("/") for p in parts if p]])
+
+    def model_path(self, project: str, name: str) -> str:
+        return self.join(validate_name(project, "project"), "models", validate_name(name, "model name"))
+
+    def checkpoint_path(self, project: str, name: str, step: int) -> str:
+        return self.join(self.model_path(project, name), "checkpoints", f"{step:04d}")
+
+    def trajectories_path(self, project: str, name: str, split: str, step: int) -> str:
+        return self.join(self.model_path(project, name), "trajectories", split, f"{step:04d}.jsonl")
+
+    # ---- bytes and text ----------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.fs.exists(path)
+
+    def read_text(self, path: str) -> str:
+        with self.fs.open(path, "r") as f:
+            return f.read()
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write a whole file; on a local disk via a temporary name and a rename, so readers never see half."""
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        else:
+            with self.fs.open(path, "w") as f:
+                f.write(text)
+
+    def read_json(self, path: str) -> Any:
+        return json.loads(self.read_text(path))
+
+    def write_json(self, path: str, obj: Any) -> None:
+        self.write_text(path, json.dumps(obj, indent=2, sort_keys=True))
+
+    def append_jsonl(self, path: str, record: dict[str, Any]) -> None:
+        """Append one record (read-modify-write on object stores, which cannot append)."""
+        old = self.read_text(path) if self.exists(path) else ""
+        self.write_text(path, old + json.dumps(record, sort_keys=True) + "\n")
+
+    def read_jsonl(self, path: str) -> list[dict[str, Any]]:
+        if not self.exists(path):
+            return []
+        return [json.loads(line) for line in self.read_text(path).splitlines() if line.strip()]
+
+    # ---- trajectory groups -----------------------------------------------------------------------
+    def write_groups(self, path: str, groups: Iterable[TrajectoryGroup]) -> int:
+        import io
+
+        buf = io.StringIO()
+        n = write_jsonl(groups, buf)
+        self.write_text(path, buf.getvalue())
+        return n
+
+    def read_groups(self, path: str) -> list[TrajectoryGroup]:
+        import io
+
+        return read_jsonl(io.StringIO(self.read_text(path)))
+
+    # ---- directories (checkpoints) -----------------------------------------------------------------
+    def put_dir(self, local_dir: str, path: str) -> None:
+        """Copy a local directory's files to `path`, then write the COMPLETE marker last."""
+        for dirpath, _, files in os.walk(local_dir):
+            for fname in sorted(files):
+                if fname == CHECKPOINT_MARKER:
+                    continue
+                src = os.path.join(dirpath, fname)
+                rel = os.path.relpath(src, local_dir).replace(os.sep, "/")
+                dst = self.join(path, rel)
+                if self.is_local:
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                self.fs.put_file(src, dst)
+        self.write_text(self.join(path, CHECKPOINT_MARKER), "ok\n")
+
+    def get_dir(self, path: str, local_dir: str) -> str:
+        """Copy a stored directory to `local_dir` (a local root is returned as it is, without copying)."""
+        if self.is_local:
+            return path
+        os.makedirs(local_dir, exist_ok=True)
+        for src in self.fs.find(path):
+            rel = src[len(self.fs._strip_protocol(path)) :].lstrip("/")
+            dst = os.path.join(local_dir, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            self.fs.get_file(src, dst)
+        return local_dir
+
+    def is_complete(self, path: str) -> bool:
+        return self.exists(self.join(path, CHECKPOINT_MARKER))
+
+    def checkpoint_steps(self, project: str, name: str) -> list[int]:
+        """Steps whose checkpoint is complete (marker present), ascending; half-written ones are ignored."""
+        base = self.join(self.model_path(project, name), "checkpoints")
+        if not self.exists(base):
+            return []
+        steps = []
+        for entry in self.fs.ls(base, detail=False):
+            tail = entry.rstrip("/").rsplit("/", 1)[-1]
+            if tail.isdigit() and self.is_complete(self.join(base, tail)):
+                steps.append(int(tail))
+        return sorted(steps)
+
+    def latest_checkpoint_step(self, project: str, name: str) -> int | None:
+        steps = self.checkpoint_steps(project, name)
+        return steps[-1] if steps else None
+
+    def delete(self, path: str) -> None:
+        if self.exists(path):
+            self.fs.rm(path, recursive=True)

@@ -1,0 +1,167 @@
+"""Trajectories: what one rollout produced, and groups of rollouts of the same scenario.
+
+A `Trajectory` is a conversation in which some assistant turns are sampled `Choice`s (trained on)
+and everything else is a plain message (context). Round-trips losslessly through JSONL:
+
+    >>> t = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0)
+    >>> Trajectory.model_validate_json(t.model_dump_json()) == t
+    True
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+import traceback
+from typing import Any, Iterable, Union
+
+from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Message = dict[str, Any]
+MessageOrChoice = Union[Choice, Message]
+Messages = list[Message]
+MessagesAndChoices = list[MessageOrChoice]
+Tools = list[dict[str, Any]]
+
+
+def _as_message_or_choice(item: Any) -> MessageOrChoice:
+    """A dict with a "message" key and a "finish_reason" is a serialized Choice; anything else a message."""
+    if isinstance(item, Choice):
+        return item
+    if isinstance(item, dict) and "message" in item and "finish_reason" in item:
+        return Choice.model_validate(item)
+    if isinstance(item, dict):
+        return item
+    if hasattr(item, "model_dump"):  # an openai message object the user appended directly
+        return item.model_dump(exclude_none=True)
+    raise TypeError(f"messages_and_choices holds a {type(item).__name__}; expected a dict message or a Choice")
+
+
+class Trajectory(BaseModel):
+    """One rollout: messages, sampled choices, tools offered, reward and what was measured."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    messages_and_choices: MessagesAndChoices = Field(default_factory=list)
+    tools: Tools | None = None
+    reward: float = 0.0
+    metrics: dict[str, float | int | bool] = Field(default_factory=dict)
+    metadata: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
+    logs: list[str] = Field(default_factory=list)
+    start_time: float = Field(default_factory=time.time, exclude=True)
+
+    @field_validator("messages_and_choices", mode="before")
+    @classmethod
+    def _parse_items(cls, value: Iterable[Any]) -> MessagesAndChoices:
+        return [_as_message_or_choice(item) for item in value]
+
+    def messages(self) -> Messages:
+        """The conversation as plain chat messages (choices turned into assistant messages)."""
+        return [choice_to_message(m) if isinstance(m, Choice) else m for m in self.messages_and_choices]
+
+    def choices(self) -> list[Choice]:
+        return [m for m in self.messages_and_choices if isinstance(m, Choice)]
+
+    def finish(self) -> "Trajectory":
+        """Record the rollout's duration in metrics["duration"] and return self."""
+        self.metrics["duration"] = time.time() - self.start_time
+        return self
+
+    def log(self, line: str) -> None:
+        self.logs.append(line)
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:  # Choices dump as plain dicts
+        kwargs.setdefault("mode", "json")
+        return super().model_dump(**kwargs)
+
+    def __eq__(self, other: object) -> bool:  # what is stored, not when the object was made
+        return isinstance(other, Trajectory) and self.model_dump() == other.model_dump()
+
+
+def choice_to_message(choice: Choice) -> Message:
+    """The assistant message a Choice stands for, as a chat-template-ready dict."""
+    msg = choice.message
+    out: Message = {"role": "assistant", "content": msg.content or ""}
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {"id": tc.id, "type": "function", "function": {"name": tc.function.name, "arguments": tc.function.arguments}}
+            for tc in msg.tool_calls
+        ]
+    return out
+
+
+class RolloutError(BaseModel):
+    """A rollout that raised, kept in its group so nothing about the failure is lost."""
+
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> "RolloutError":
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type=type(exc).__name__, message=str(exc), traceback=tb)
+
+
+class TrajectoryGroup(BaseModel):
+    """Rollouts of one scenario, scored relative to each other by GRPO and RULER.
+
+    >>> g = TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)])
+    >>> len(g), g.rewards()
+    (2, [1.0, 0.0])
+    """
+
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    exceptions: list[RolloutError] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+    def __new__(cls, trajectories: Iterable[Any] | None = None, **data: Any):
+        # ART's idiom `TrajectoryGroup(rollout(...) for _ in range(n))` builds a group still to be run:
+        # given awaitables we return a PendingGroup for gather_trajectory_groups.
+        if trajectories is not None and not isinstance(trajectories, (list, tuple)):
+            items = list(trajectories)
+            if items and all(inspect.isawaitable(i) for i in items):
+                from art_core.gather import PendingGroup
+
+                return PendingGroup(items, data.get("metadata"))
+            instance = super().__new__(cls)
+            instance.__init__(items, **data)
+            return instance
+        if trajectories and all(inspect.isawaitable(i) for i in trajectories):
+            from art_core.gather import PendingGroup
+
+            return PendingGroup(list(trajectories), data.get("metadata"))
+        return super().__new__(cls)
+
+    def __init__(self, trajectories: Iterable[Trajectory] | None = None, **data: Any) -> None:
+        if getattr(self, "__pydantic_fields_set__", None) is not None:
+            return  # already built by __new__ from a one-shot iterator
+        if trajectories is not None:
+            data["trajectories"] = list(trajectories)
+        super().__init__(**data)
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self.trajectories)
+
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+
+def write_jsonl(groups: Iterable[TrajectoryGroup], f) -> int:
+    """Write groups one JSON object per line to a text file object; returns the count written."""
+    n = 0
+    for g in groups:
+        f.write(g.model_dump_json() + "\n")
+        n += 1
+    return n
+
+
+def read_jsonl(f) -> list[TrajectoryGroup]:
+    """Read groups written by `write_jsonl` (one per non-empty line)."""
+    return [TrajectoryGroup.model_validate(json.loads(line)) for line in f if line.strip()]

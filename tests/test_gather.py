@@ -1,0 +1,83 @@
+"""gather_trajectory_groups: concurrency, tolerated failures, after_each replacing or dropping groups."""
+
+import asyncio
+
+import pytest
+
+from art_core import TooManyExceptions, Trajectory, TrajectoryGroup, gather_trajectory_groups
+
+
+async def rollout(reward: float, fail: bool = False, delay: float = 0.0) -> Trajectory:
+    await asyncio.sleep(delay)
+    if fail:
+        raise ValueError(f"rollout {reward} broke")
+    return Trajectory(messages_and_choices=[{"role": "user", "content": str(reward)}], reward=reward)
+
+
+async def test_groups_come_back_in_order_with_all_trajectories():
+    groups = await gather_trajectory_groups(
+        (TrajectoryGroup(rollout(i + j / 10, delay=0.01 * (3 - i)) for j in range(4)) for i in range(3)),
+        pbar_desc=None,
+    )
+    assert [len(g) for g in groups] == [4, 4, 4]
+    assert [g.rewards()[0] for g in groups] == [0.0, 1.0, 2.0]
+
+
+async def test_rollouts_run_concurrently_up_to_the_limit():
+    running, peak = 0, 0
+
+    async def tracked() -> Trajectory:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        return Trajectory(reward=1.0)
+
+    await gather_trajectory_groups([[tracked() for _ in range(10)] for _ in range(3)], max_concurrent=7, pbar_desc=None)
+    assert peak == 7
+
+
+async def test_failures_within_max_exceptions_are_kept_in_the_group():
+    groups = await gather_trajectory_groups(
+        [TrajectoryGroup([rollout(1.0), rollout(0.0, fail=True), rollout(0.5)])], max_exceptions=1, pbar_desc=None
+    )
+    assert groups[0].rewards() == [1.0, 0.5]
+    assert groups[0].exceptions[0].type == "ValueError"
+    assert "rollout 0.0 broke" in groups[0].exceptions[0].traceback
+
+
+async def test_too_many_failures_raise_with_the_first_traceback():
+    with pytest.raises(TooManyExceptions, match="first failure: ValueError") as info:
+        await gather_trajectory_groups(
+            [[rollout(0.0, fail=True), rollout(1.0, fail=True), rollout(2.0)]], max_exceptions=1, pbar_desc=None
+        )
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+async def test_fractional_max_exceptions_counts_a_share_of_all_rollouts():
+    groups = [[rollout(float(i), fail=(i == 0)) for i in range(10)]]
+    out = await gather_trajectory_groups(groups, max_exceptions=0.1, pbar_desc=None)
+    assert len(out[0]) == 9
+    with pytest.raises(TooManyExceptions):
+        await gather_trajectory_groups([[rollout(0.0, fail=True)] + [rollout(1.0) for _ in range(4)]], max_exceptions=0.1, pbar_desc=None)
+
+
+async def test_after_each_can_replace_or_drop_a_group():
+    async def keep_rewarded(group: TrajectoryGroup):
+        if max(group.rewards()) == 0:
+            return None
+        return TrajectoryGroup([t.model_copy(update={"reward": t.reward * 10}) for t in group])
+
+    out = await gather_trajectory_groups(
+        [[rollout(0.0), rollout(0.0)], [rollout(1.0), rollout(0.0)]], after_each=keep_rewarded, pbar_desc=None
+    )
+    assert len(out) == 1 and out[0].rewards() == [10.0, 0.0]
+
+
+async def test_a_rollout_that_returns_something_else_is_refused():
+    async def bad():
+        return {"reward": 1}
+
+    with pytest.raises(TypeError, match="must return a Trajectory"):
+        await gather_trajectory_groups([[bad()]], pbar_desc=None)

@@ -1,0 +1,39 @@
+"""Storage: the layout, atomic writes, checkpoints that count only once their marker is written."""
+
+import pathlib
+
+import pytest
+
+from art_core import Storage, Trajectory, TrajectoryGroup
+
+
+def test_layout_and_group_round_trip(tmp_path):
+    store = Storage(str(tmp_path))
+    path = store.trajectories_path("proj", "agent", "train", 3)
+    assert path == f"{tmp_path}/proj/models/agent/trajectories/train/0003.jsonl"
+    groups = [TrajectoryGroup([Trajectory(reward=1.0)]), TrajectoryGroup([Trajectory(reward=0.5)])]
+    assert store.write_groups(path, groups) == 2
+    assert store.read_groups(path) == groups
+
+
+def test_half_written_checkpoint_is_ignored(tmp_path):
+    store = Storage(str(tmp_path))
+    src = tmp_path / "adapter"
+    src.mkdir()
+    (src / "adapter_model.safetensors").write_bytes(b"w")
+    store.put_dir(str(src), store.checkpoint_path("p", "m", 1))
+    half = pathlib.Path(store.checkpoint_path("p", "m", 2))
+    half.mkdir(parents=True)
+    (half / "adapter_model.safetensors").write_bytes(b"w")  # crashed before the marker
+    assert store.checkpoint_steps("p", "m") == [1]
+    assert store.latest_checkpoint_step("p", "m") == 1
+
+
+def test_history_appends_and_names_are_checked(tmp_path):
+    store = Storage(str(tmp_path))
+    hist = store.join(store.model_path("p", "m"), "history.jsonl")
+    store.append_jsonl(hist, {"step": 1, "reward": 0.1})
+    store.append_jsonl(hist, {"step": 2, "reward": 0.2})
+    assert [r["step"] for r in store.read_jsonl(hist)] == [1, 2]
+    with pytest.raises(ValueError, match="no '..'"):
+        store.model_path("p", "../escape")

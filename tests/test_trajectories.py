@@ -1,0 +1,72 @@
+"""Trajectory and TrajectoryGroup: lossless JSONL round trips, Choices with logprobs included."""
+
+import io
+
+from openai.types.chat.chat_completion import Choice
+
+from art_core import Trajectory, TrajectoryGroup
+from art_core.trajectories import choice_to_message, read_jsonl, write_jsonl
+
+
+def sampled_choice() -> Choice:
+    return Choice.model_validate(
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "get_order", "arguments": '{"id": "#W1"}'}}
+                ],
+            },
+            "logprobs": {
+                "content": [
+                    {"token": "token_id:17", "logprob": -0.5, "bytes": None, "top_logprobs": []},
+                    {"token": "token_id:4", "logprob": -1.25, "bytes": None, "top_logprobs": []},
+                ]
+            },
+        }
+    )
+
+
+def make_trajectory() -> Trajectory:
+    return Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "Be helpful."},
+            {"role": "user", "content": "Where is my order?"},
+            sampled_choice(),
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "pending"}'},
+        ],
+        tools=[{"type": "function", "function": {"name": "get_order", "parameters": {"type": "object"}}}],
+        reward=0.75,
+        metrics={"turns": 2, "solved": True},
+        metadata={"scenario": "s-1", "note": None},
+        logs=["judge: fine"],
+    )
+
+
+def test_jsonl_round_trip_keeps_choices_and_logprobs():
+    group = TrajectoryGroup([make_trajectory(), make_trajectory()], metadata={"scenario": "s-1"})
+    buf = io.StringIO()
+    assert write_jsonl([group], buf) == 1
+    (back,) = read_jsonl(io.StringIO(buf.getvalue()))
+    assert back == group
+    choice = back.trajectories[0].messages_and_choices[2]
+    assert isinstance(choice, Choice)
+    assert [t.token for t in choice.logprobs.content] == ["token_id:17", "token_id:4"]
+    assert choice.logprobs.content[1].logprob == -1.25
+    assert isinstance(back.trajectories[0].messages_and_choices[3], dict)
+
+
+def test_messages_turn_choices_into_assistant_messages():
+    msgs = make_trajectory().messages()
+    assert msgs[2] == choice_to_message(sampled_choice())
+    assert msgs[2]["role"] == "assistant"
+    assert msgs[2]["tool_calls"][0]["function"]["name"] == "get_order"
+
+
+def test_group_keeps_rewards_and_finish_records_duration():
+    t = make_trajectory().finish()
+    assert t.metrics["duration"] >= 0
+    assert TrajectoryGroup([t]).rewards() == [0.75]
