@@ -1,0 +1,61 @@
+"""Serve a trained step behind an OpenAI-compatible vLLM server, answering to the model's name.
+
+    server = serve_adapter(Storage("./.art"), "demo", "agent-001", step=3, base_model="./.models/tiny")
+    ...                                           # openai SDK: base_url=server.base_url, model="agent-001"
+    server.stop()
+
+Or from a shell (runs until Ctrl-C):
+
+    python -m art_core.deploy.serve --storage ./.art --project demo --model agent-001 --step 3 --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from art_core.storage import Storage
+
+
+def serve_adapter(storage: Storage, project: str, name: str, step: int, base_model: str, port: int = 0,
+                  api_key: str | None = None, max_lora_rank: int = 8):  # fmt: skip
+    """Start a vLLM server (art_core.inference) with step `step`'s adapter loaded as `name`; returns it started."""
+    from art_core.inference.server import ServerConfig, VLLMServer
+    from art_core.rollouts import local_checkpoint
+
+    uri = storage.checkpoint_path(project, name, step)
+    if not storage.is_complete(uri):
+        raise FileNotFoundError(f"no complete checkpoint for step {step} at {uri}")
+    local = local_checkpoint(storage, uri)
+    config = ServerConfig(model=base_model, served_model_name="base", port=port, api_key=api_key,
+                          max_lora_rank=max_lora_rank, extra_args=["--lora-modules", f"{name}={local}"])  # fmt: skip
+    return VLLMServer(config).start()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--storage", required=True, help="storage root: a folder or s3://bucket/prefix")
+    p.add_argument("--project", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--step", type=int, help="default: the latest complete checkpoint")
+    p.add_argument("--base-model", help="default: base_model from the model's model.json")
+    p.add_argument("--port", type=int, default=0)
+    a = p.parse_args()
+    storage = Storage(a.storage)
+    step = a.step if a.step is not None else storage.latest_checkpoint_step(a.project, a.model)
+    if step is None:
+        raise SystemExit(f"no checkpoints for {a.project}/{a.model} under {storage.root}")
+    base = a.base_model or storage.read_json(storage.join(storage.model_path(a.project, a.model), "model.json"))["base_model"]
+    server = serve_adapter(storage, a.project, a.model, step, base, port=a.port)
+    print(f"serving {a.model} (step {step}) at {server.base_url}  key: {server.api_key}  (Ctrl-C stops it)")
+    try:
+        while server.is_alive():
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Flow parameters: one pydantic model per flow, so the Prefect UI draws each form from it.
+
+`RunConfig` is everything the train flow needs. It is checked before any work: a wrong field is
+refused with a message that names it.
+
+    >>> cfg = RunConfig(project="demo", model="agent-001", base_model="/models/tiny",
+    ...                 environment={"name": "tic-tac-toe"}, steps=3)
+    >>> cfg.group_size
+    4
+    >>> RunConfig(project="demo", model="a", base_model="/m", environment={"name": "nope"})
+    Traceback (most recent call last):
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for RunConfig
+    environment.name ...
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from art_core.envs import SHIPPED
+from art_core.settings import get_settings
+from art_core.storage import validate_name
+from art_core.training.config import TrainConfig
+from tasks.specs import JudgeConfig
+
+
+class _Strict(BaseModel):
+    # A misspelt field is refused by name instead of being silently ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnvironmentConfig(_Strict):
+    """Which environment to train on, and the options passed to its `load_environment(**options)`."""
+
+    name: str = Field(description="A shipped environment (retail, airline, 2048, tic-tac-toe) or an importable module.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for load_environment.")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v in SHIPPED:
+            return v
+        try:
+            found = importlib.util.find_spec(v) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ValueError(f"unknown environment {v!r}: use one of {', '.join(SHIPPED)} or an importable module path")
+        return v
+
+
+class SamplingConfig(_Strict):
+    """How rollouts sample from the served model."""
+
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of rollouts.")
+    max_tokens: int = Field(64, ge=1, description="Most tokens per assistant turn.")
+
+
+class EvalConfig(_Strict):
+    """What `evaluate` measures: mean reward on a split and pass^k over repeated attempts."""
+
+    split: Literal["train", "val", "test"] = Field("val", description="Scenario split to evaluate on.")
+    scenarios: int = Field(8, ge=1, description="How many scenarios of the split (the first N, in order).")
+    trials: int = Field(1, ge=1, description="Attempts per scenario; pass^k is reported for k = 1..trials.")
+    success_threshold: float = Field(1.0, description="A trial passes when its reward is at least this.")
+
+
+class RunConfig(_Strict):
+    """Parameters of the train flow. Every field has a default in code except what names the run."""
+
+    project: str = Field(description="Project folder in storage; groups models trained on the same task.")
+    model: str = Field(description="Name of the trained model; its steps are served as `model@step`.")
+    base_model: str = Field(description="Path (or hub id) of the base model the LoRA adapter is trained on.")
+    environment: EnvironmentConfig
+    steps: int = Field(3, ge=1, description="Train until this many steps exist (a re-run resumes, never retrains).")
+    groups_per_step: int = Field(2, ge=1, description="Scenarios rolled out per step.")
+    group_size: int = Field(4, ge=2, description="Rollouts per scenario; GRPO compares them with each other.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Learning rate and loss options.")
+    judge: JudgeConfig | None = Field(None, description="RULER judge; None keeps the environment's reward.")
+    eval_every: int = Field(0, ge=0, description="Evaluate every N steps and after the last; 0 never.")
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    max_exceptions: float = Field(0, ge=0, description="Failed rollouts tolerated per step: a count, or a share if < 1.")
+    seed: int = Field(0, description="Seeds the order in which scenarios are drawn.")
+    report_to_wandb: bool = Field(True, description="Log metrics and sample trajectories to W&B (offline without WANDB_API_KEY).")
+    storage_url: str = Field(
+        default_factory=lambda: get_settings().storage_root,
+        description="Storage root: a local folder or s3://bucket/prefix (default ART_STORAGE_ROOT or ./.art).",
+    )
+    inference_url: str | None = Field(
+        None,
+        description="Base URL of a running vLLM OpenAI server that serves base_model with runtime LoRA loading; "
+        "None starts one when the first rollout needs it. Its key comes from ART_INFERENCE_API_KEY.",
+    )
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, v: str) -> str:
+        return validate_name(v, "project")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        return validate_name(v, "model")
+
+    @field_validator("base_model")
+    @classmethod
+    def _base_model(cls, v: str) -> str:
+        if _looks_local(v):
+            path = os.path.abspath(os.path.expanduser(v))
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                raise ValueError(
+                    f"base model {v!r} is not a model folder (no config.json at {path}); build the tiny one with "
+                    "`python -m art_core.testing.tiny_model PATH` or point at a downloaded model"
+                )
+            return path
+        return v
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("storage URL is empty: give a local folder or s3://bucket/prefix")
+        if "://" in v and not v.startswith(("s3://", "file://", "memory://", "gs://", "az://")):
+            raise ValueError(f"storage URL {v!r} has an unsupported scheme: use a folder or s3://bucket/prefix")
+        if v.startswith("s3://") and len(v) <= len("s3://"):
+            raise ValueError("storage URL 's3://' names no bucket: use s3://bucket/prefix")
+        return v if "://" in v else os.path.abspath(os.path.expanduser(v))
+
+    @field_validator("inference_url")
+    @classmethod
+    def _inference(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"inference URL {v!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
+        return v.rstrip("/") if v else v
+
+    @model_validator(mode="after")
+    def _eval_fits(self) -> "RunConfig":
+        if self.eval_every and self.eval_every > self.steps:
+            raise ValueError(f"eval_every ({self.eval_every}) is larger than steps ({self.steps}): evaluation would never run")
+        return self
+
+
+class EvaluateConfig(_Strict):
+    """Parameters of the evaluate flow: which steps of a trained model, next to which baseline."""
+
+    run: RunConfig = Field(description="The run whose model is evaluated (storage, environment, eval settings).")
+    steps: list[int] = Field(default_factory=list, description="Steps to evaluate; empty means the latest.")
+    baseline_step: int | None = Field(0, ge=0, description="Step shown as the baseline (0: the untrained base model); None for none.")
+
+
+class DeployConfig(_Strict):
+    """Parameters of the deploy flow."""
+
+    run: RunConfig = Field(description="The run whose model is deployed.")
+    step: int | None = Field(None, ge=1, description="Step to deploy; None: the promoted step, else the latest.")
+    export: bool = Field(True, description="Copy the adapter and a model card to exports/{step} in storage.")
+    serve: bool = Field(False, description="Start a vLLM endpoint serving the step under the model's name.")
+    serve_minutes: float = Field(0.0, ge=0, description="Keep the endpoint up this long (0: check it answers, then stop).")
+    port: int = Field(0, ge=0, le=65535, description="Port of the endpoint (0 picks a free one).")
+
+
+class RetrainConfig(_Strict):
+    """Parameters of the retrain flow: continue a trained model for a few steps and promote it only if it got better."""
+
+    run: RunConfig = Field(description="The original run's settings (model, environment, storage...).")
+    extra_steps: int = Field(2, ge=1, description="Steps to train beyond the latest checkpoint, on scenarios not seen yet.")
+    min_improvement: float = Field(0.0, ge=0, description="Promote only if the reward beats the promoted step by more than this.")
+
+
+def _looks_local(v: str) -> bool:
+    return v.startswith(("/", "./", "../", "~")) or os.path.isdir(v)

@@ -1,0 +1,33 @@
+"""Prefect tasks: each a thin wrapper of one art_core call, with its cache policy.
+
+    gather_trajectories -> score_groups -> train_step -> evaluate -> export_adapter / serve_step
+
+Pure, costly tasks (gather, score, evaluate) are cached on inputs plus source, with results persisted
+in the run's own storage (tasks.results); train_step is idempotent by its checkpoint instead.
+"""
+
+from tasks.deploy import export_adapter, serve_step
+from tasks.evaluate import evaluate
+from tasks.gather import gather_trajectories
+from tasks.results import cached_on, result_storage_for
+from tasks.score import JudgeError, score_groups
+from tasks.specs import GatherResult, JudgeConfig, ModelRef, RolloutSpec, ScoreResult, TrainStepResult
+from tasks.train import train_step
+
+__all__ = [
+    "GatherResult",
+    "JudgeConfig",
+    "JudgeError",
+    "ModelRef",
+    "RolloutSpec",
+    "ScoreResult",
+    "TrainStepResult",
+    "cached_on",
+    "evaluate",
+    "export_adapter",
+    "gather_trajectories",
+    "result_storage_for",
+    "score_groups",
+    "serve_step",
+    "train_step",
+]

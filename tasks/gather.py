@@ -1,0 +1,39 @@
+"""Prefect task: roll out one step's scenarios against the served model and write the groups to storage.
+
+Cached on its inputs and source (not on the server's URL, which changes between runs): a re-run, a
+resumed run after a crash, or another machine reading the same storage skips rollouts already done.
+
+    result = gather_trajectories(ref, rollout, step=0, inference_url=None)
+    result.uri      # '.../demo/models/agent-001/trajectories/train/0000.jsonl'
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import get_run_logger, task
+
+from art_core.rollouts import reward_summary, rollout_groups, scenarios_for_step
+from tasks._async import run_sync
+from tasks.results import cached_on
+from tasks.serving import endpoint_for, served_name
+from tasks.specs import GatherResult, ModelRef, RolloutSpec
+
+
+@task(name="gather_trajectories", task_run_name="gather step {step}", cache_policy=cached_on("inference_url"),
+      persist_result=True)  # fmt: skip
+def gather_trajectories(ref: ModelRef, rollout: RolloutSpec, step: int, inference_url: str | None = None) -> GatherResult:
+    """Roll out `groups_per_step` scenarios `group_size` times each with the model at `step`."""
+    t0 = time.perf_counter()
+    storage, env = ref.storage(), rollout.load_environment()
+    endpoint = endpoint_for(ref.base_model, inference_url)
+    served = served_name(endpoint, storage, ref.project, ref.model, step)
+    scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
+    groups = run_sync(rollout_groups(env, endpoint, served, scenarios, rollout.group_size,
+                                     max_exceptions=rollout.max_exceptions, sampling=rollout.sampling))  # fmt: skip
+    uri = storage.trajectories_path(ref.project, ref.model, "train", step)
+    storage.write_groups(uri, groups)
+    summary = reward_summary(groups)
+    get_run_logger().info("step %d: %d rollouts of %s, reward %.3f -> %s",
+                          step, int(summary["trajectories"]), served, summary["reward"], uri)  # fmt: skip
+    return GatherResult(step=step, uri=uri, summary=summary, seconds=time.perf_counter() - t0)

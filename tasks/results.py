@@ -1,0 +1,52 @@
+"""Where Prefect keeps task results and cache records: next to the run's data, in the same storage.
+
+Cached results live under `{storage root}/.prefect/results`, so a fresh Prefect database (a new server,
+another machine) still finds them. A local root is used as a plain path; an s3:// root becomes a saved
+`RemoteFileSystem` block (Prefect refuses unsaved blocks as result storage). The block stores only the
+endpoint URL; keys are read by s3fs from the environment, never written to Prefect.
+
+    gather = gather_trajectories.with_options(result_storage=result_storage_for("s3://bucket/runs"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
+
+RESULTS_DIR = ".prefect/results"
+
+
+def cached_on(*excluded: str) -> CachePolicy:
+    """Inputs plus task source, ignoring inputs that change between runs without changing the result.
+
+    The default policy also keys on the flow run id, so nothing would be reused across runs.
+
+    >>> policy = cached_on("endpoint")   # a fresh vLLM port must not miss the cache
+    """
+    inputs = INPUTS
+    for name in excluded:
+        inputs = inputs - name
+    return inputs + TASK_SOURCE
+
+
+def result_storage_for(storage_url: str):
+    """A Path (local root) or a saved RemoteFileSystem block (s3://) under the storage root."""
+    root = storage_url.rstrip("/")
+    if "://" not in root or root.startswith("file://"):
+        path = Path(root.removeprefix("file://")).expanduser().absolute() / RESULTS_DIR
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    from prefect.filesystems import RemoteFileSystem
+
+    settings: dict = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and root.startswith("s3://"):
+        settings["client_kwargs"] = {"endpoint_url": endpoint}
+    block = RemoteFileSystem(basepath=f"{root}/{RESULTS_DIR}", settings=settings)
+    # One block per (root, endpoint): re-saving is idempotent, so a fresh database gets it back.
+    digest = hashlib.sha1(f"{root}|{endpoint}".encode()).hexdigest()[:12]
+    block.save(f"art-results-{digest}", overwrite=True)
+    return block
