@@ -1,0 +1,47 @@
+"""The evaluate flow: steps of a trained model on a split, next to a baseline (by default the base model).
+
+    from flows.evaluate import evaluate_flow
+    evaluate_flow(EvaluateConfig(run=run_config, steps=[1, 3], baseline_step=0))
+
+Each evaluation is a cached task (a checkpoint never changes), so asking again costs nothing. The
+markdown report (reward and pass^k per step) is published as an artifact and stored in reports/.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from art_core.evaluate import EvalReport
+from art_core.reporting import eval_markdown
+from flows.config import EvaluateConfig
+from flows.reporting import artifact_key
+from flows.train import refs
+from tasks import evaluate, result_storage_for
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
+    """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first."""
+    run = config.run
+    ref, rollout = refs(run)
+    storage = ref.storage()
+    steps = list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
+    missing = [s for s in steps if s > 0 and not storage.is_complete(storage.checkpoint_path(run.project, run.model, s))]
+    if missing:
+        raise ValueError(f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
+                         f"complete steps: {storage.checkpoint_steps(run.project, run.model) or 'none'}")  # fmt: skip
+    task = evaluate.with_options(result_storage=result_storage_for(run.storage_url))
+    e = run.eval
+
+    def one(step: int) -> EvalReport:
+        return task(ref, rollout, step, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url)
+
+    baseline = one(config.baseline_step) if config.baseline_step is not None else None
+    reports = [one(s) for s in steps if s != config.baseline_step]
+    md = eval_markdown(reports, title=f"{run.model} on {e.split}", baseline=baseline)
+    storage.write_text(ref.path("reports", "eval-compare.md"), md)
+    create_markdown_artifact(key=artifact_key(run.project, run.model, "eval-compare"), markdown=md,
+                             description=f"{run.model}: steps {steps} vs baseline step {config.baseline_step}")  # fmt: skip
+    print(md)
+    return ([baseline] if baseline else []) + reports

@@ -1,0 +1,66 @@
+"""Run reports as Prefect artifacts and files in storage: metrics table, reward curve, evaluation report.
+
+The content comes from art_core.reporting (no Prefect there); this module only publishes it. Files go
+to `{model}/reports/` in storage so they outlive the Prefect database; artifacts link to them.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from art_core.evaluate import EvalReport
+from art_core.reporting import eval_markdown, log_wandb, metrics_table, read_history, reward_curve_png
+from tasks.specs import ModelRef
+
+
+def artifact_key(*parts: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+
+
+def eval_reports(ref: ModelRef) -> list[EvalReport]:
+    """Every stored evaluation of the model, by step."""
+    storage = ref.storage()
+    folder = ref.path("eval")
+    if not storage.exists(folder):
+        return []
+    paths = sorted(p for p in storage.fs.ls(folder, detail=False) if p.endswith(".json"))
+    return [EvalReport.model_validate(storage.read_json(p)) for p in paths]  # s3fs takes bucket/key paths as they are
+
+
+def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
+    """Write the reward curve, metrics table and eval report to storage and as artifacts; returns their paths."""
+    storage = ref.storage()
+    rows = metrics_table(read_history(storage, ref.project, ref.model))
+    png = reward_curve_png(rows, title=f"{ref.project}/{ref.model}: reward per step")
+    paths = {"reward_curve": ref.path("reports", "reward_curve.png"), "eval_report": ref.path("reports", "eval.md"),
+             "history": ref.path("history.jsonl")}  # fmt: skip
+    _write_bytes(storage, paths["reward_curve"], png)
+    evals = eval_reports(ref)
+    report = eval_markdown(evals, title=f"{ref.model}: evaluation")
+    storage.write_text(paths["eval_report"], report)
+
+    key = artifact_key(ref.project, ref.model)
+    columns = sorted({k for r in rows for k in r} - {"step"})
+    create_table_artifact(key=f"{key}-metrics", table=[{"step": r["step"], **{c: r.get(c) for c in columns}} for r in rows],
+                          description=f"Metrics per step of {ref.model} (history.jsonl at {paths['history']})")  # fmt: skip
+    image = base64.b64encode(png).decode()
+    create_markdown_artifact(key=f"{key}-reward-curve", markdown=(
+        f"# Reward per step\n\n![reward curve](data:image/png;base64,{image})\n\nPNG: `{paths['reward_curve']}`\n"),
+        description=f"Reward curve of {ref.model}")  # fmt: skip
+    create_markdown_artifact(key=f"{key}-eval", markdown=report, description=f"Evaluation report of {ref.model}")
+    if wandb:
+        paths["wandb"] = log_wandb(ref.project, ref.model, rows)
+    return paths
+
+
+def _write_bytes(storage, path: str, data: bytes) -> None:
+    if storage.is_local:
+        import os
+
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with storage.fs.open(path, "wb") as f:
+        f.write(data)

@@ -1,0 +1,66 @@
+"""The retrain flow (scheduled nightly): continue from the latest checkpoint, evaluate, promote only if better.
+
+    retrain(RetrainConfig(run=run_config, extra_steps=2))
+
+1. train `extra_steps` more steps (the train flow as a subflow; later steps draw scenarios not seen yet),
+2. evaluate the new latest step and the promoted one (cached if already measured),
+3. promote the new step and export it only if its reward beats the promoted one; otherwise keep the old
+   step and say so.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+from pydantic import BaseModel
+
+from art_core.deploy import decide, promote, read_promoted
+from flows.config import RetrainConfig
+from flows.train import refs, train
+from tasks import evaluate, export_adapter, result_storage_for
+
+
+class RetrainSummary(BaseModel):
+    promoted_step: int
+    previous_step: int | None
+    new_step: int
+    new_reward: float
+    promoted_reward: float | None
+    promoted: bool
+    message: str
+
+
+@flow(name="retrain", log_prints=True)
+def retrain(config: RetrainConfig) -> RetrainSummary:
+    """Train `extra_steps` beyond the latest checkpoint and promote the result only if it is better."""
+    run = config.run
+    ref, rollout = refs(run)
+    storage = ref.storage()
+    latest = storage.latest_checkpoint_step(run.project, run.model) or 0
+    train(run.model_copy(update={"steps": latest + config.extra_steps}))
+    new_step = storage.latest_checkpoint_step(run.project, run.model) or 0
+
+    task = evaluate.with_options(result_storage=result_storage_for(run.storage_url))
+    e = run.eval
+
+    def reward_of(step: int) -> float:
+        return task(ref, rollout, step, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url).reward
+
+    old = read_promoted(storage, run.project, run.model)
+    # Before any promotion the step we started from is the one to beat (step 0 is the base model).
+    old_step = old["step"] if old else latest
+    old_reward = reward_of(old_step)
+    new_reward = reward_of(new_step)
+    if decide(new_reward, old_reward, config.min_improvement):
+        promote(storage, run.project, run.model, new_step, new_reward, e.split)
+        export_adapter(ref, new_step)
+        message = f"promoted step {new_step}: reward {new_reward:.3f} beats step {old_step}'s {old_reward:.3f}"
+    else:
+        if old is None and old_step > 0:
+            promote(storage, run.project, run.model, old_step, old_reward, e.split)
+        message = (f"kept step {old_step} (reward {old_reward:.3f}): new step {new_step} scored {new_reward:.3f}, "
+                   f"not better by more than {config.min_improvement}")  # fmt: skip
+    print(message)
+    promoted_now = read_promoted(storage, run.project, run.model)
+    return RetrainSummary(promoted_step=promoted_now["step"] if promoted_now else old_step, previous_step=old_step,
+                          new_step=new_step, new_reward=new_reward, promoted_reward=old_reward,
+                          promoted=promoted_now is not None and promoted_now["step"] == new_step, message=message)  # fmt: skip

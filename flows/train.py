@@ -1,0 +1,96 @@
+"""The train flow: gather -> score -> train (-> evaluate) for each step, every step a cached Prefect task.
+
+    python -c "from flows.train import train; from flows.config import RunConfig; train(RunConfig(...))"
+
+or from the Prefect UI through the `train` deployment (deployments/prefect.yaml). Running it again with
+the same config resumes: rollouts come from the cache in storage, steps whose checkpoint exists are not
+trained again, so a crashed or killed run picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import flow
+from pydantic import BaseModel
+
+from flows.config import RunConfig
+from flows.reporting import publish_run_report
+from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
+from tasks.specs import ModelRef, RolloutSpec
+
+
+class TrainSummary(BaseModel):
+    """What a train run did: reward per step, where checkpoints and reports are, and which steps were new."""
+
+    storage_url: str
+    model_path: str
+    rewards: dict[int, float]
+    checkpoints: dict[int, str]
+    trained_steps: list[int]
+    evaluations: dict[int, float]
+    report_paths: dict[str, str]
+
+
+def refs(config: RunConfig) -> tuple[ModelRef, RolloutSpec]:
+    """The task-level references a run config stands for (only what changes a task's result)."""
+    ref = ModelRef(storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model)
+    rollout = RolloutSpec(
+        environment=config.environment.name,
+        env_options=config.environment.options,
+        groups_per_step=config.groups_per_step,
+        group_size=config.group_size,
+        seed=config.seed,
+        sampling=config.sampling.model_dump(),
+        max_exceptions=config.max_exceptions,
+    )
+    return ref, rollout
+
+
+def write_model_json(ref: ModelRef, config: RunConfig) -> None:
+    """Record what the model is (once): base model and environment. No secrets live in the config."""
+    storage = ref.storage()
+    path = ref.path("model.json")
+    if not storage.exists(path):
+        storage.write_json(path, {"project": ref.project, "name": ref.model, "base_model": ref.base_model,
+                                  "environment": config.environment.model_dump(), "trainable": True})  # fmt: skip
+
+
+@flow(name="train", log_prints=True)
+def train(config: RunConfig) -> TrainSummary:
+    """Train `config.model` until `config.steps` steps exist; resume whatever is already done."""
+    ref, rollout = refs(config)
+    results = result_storage_for(config.storage_url)
+    gather = gather_trajectories.with_options(result_storage=results)
+    score = score_groups.with_options(result_storage=results)
+    evaluate_step = evaluate.with_options(result_storage=results)
+    write_model_json(ref, config)
+    n, per_step = config.steps, config.groups_per_step * config.group_size
+    summary = TrainSummary(storage_url=config.storage_url, model_path=ref.path(), rewards={}, checkpoints={},
+                           trained_steps=[], evaluations={}, report_paths={})  # fmt: skip
+
+    for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
+        t0 = time.perf_counter()
+        gathered = gather(ref, rollout, step, config.inference_url)
+        t1 = time.perf_counter()
+        scored = score(config.storage_url, gathered.uri, step, config.judge)
+        t2 = time.perf_counter()
+        trained = train_step(ref, scored.uri, step, config.train.model_dump(mode="json"))
+        t3 = time.perf_counter()
+        summary.rewards[step + 1] = scored.summary["reward"]
+        summary.checkpoints[trained.step] = trained.checkpoint_uri
+        if trained.trained:
+            summary.trained_steps.append(trained.step)
+        print(
+            f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
+            f"reward {scored.summary['reward']:.3f}; gather {t1 - t0:.1f}s, score {t2 - t1:.1f}s, "
+            f"train {t3 - t2:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
+        )
+        if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
+            report = evaluate_step(ref, rollout, trained.step, config.eval.split, config.eval.scenarios,
+                                   config.eval.trials, config.eval.success_threshold, config.inference_url)  # fmt: skip
+            summary.evaluations[trained.step] = report.reward
+            print(f"  eval step {trained.step} on {config.eval.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
+
+    summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
+    return summary
