@@ -1,0 +1,163 @@
+"""A customer-service episode on any tau-style `Domain`: agent <-> tools <-> simulated customer, then a reward.
+
+    >>> env = CustomerServiceEnv(RETAIL, seed=0, user="scripted", max_turns=30)
+    >>> scenario = env.scenarios("train")[0]
+    >>> trajectory = await env.rollout(client, "my-model@3", scenario, temperature=1.0, max_tokens=256)
+    >>> trajectory.reward, trajectory.metrics["r_actions"], trajectory.metadata["task_id"]
+
+One episode: the system prompt is the domain's policy; the customer speaks first; then each turn the
+agent model is called with the tools. Its tool calls run against the episode's own copy of the
+database (results come back as `tool` messages; bad calls come back as error text), and a plain
+reply goes to the customer. It ends when the customer writes STOP, the agent calls a terminal tool
+(a transfer to a human), or after `max_turns` agent turns. Each agent turn is kept as the returned
+`Choice` (with its sampled token ids and logprobs): that is what the trainer trains on.
+
+`force_tool_calls=True` is for random-weight test models, which never write a tool call on their own:
+each request carries a vLLM structured-outputs regex (`extra_body={"structured_outputs": {"regex": ...}}`,
+vLLM >= 0.12's name for what was `guided_regex`) that only admits one Hermes-style call,
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, of one of the offered tools, with short
+bounded strings and lists. A server started with `--enable-auto-tool-choice --tool-call-parser hermes`
+turns that text into real `tool_calls`; without a parser the episode parses it from the content itself.
+A regex rather than `{"json": schema}` because it also bounds lengths and whitespace, so a random model
+cannot ramble until `max_tokens` and cut its JSON in half. Every agent turn is then a tool call, so such an
+episode ends by a terminal tool or `max_turns`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from functools import cached_property
+from typing import Any, Literal
+
+from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict, Field
+
+from art_core.envs.base import Environment, Scenario, Split
+from art_core.envs.tau.domain import Database, Domain, Task, call_tool, reward
+from art_core.envs.tau.forced_calls import tool_call_regex
+from art_core.envs.tau.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
+from art_core.trajectories import Trajectory
+
+_CALL_IN_TEXT = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+class CustomerServiceOptions(BaseModel):
+    """The options of `CustomerServiceEnv` (and of `load_environment("retail" | "airline", **options)`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0  # picks the database and the tasks
+    user: Literal["scripted", "llm"] | LLMUserSettings = "scripted"  # "llm" means LLMUserSettings() defaults
+    max_turns: int = Field(default=30, ge=1)  # agent turns (model calls) before the episode is cut off
+    force_tool_calls: bool = False  # constrain every agent turn to one well-formed tool call (vLLM only)
+    user_patience: int = Field(default=3, ge=1)  # scripted user: unhelpful turns before it gives up
+
+
+class CustomerServiceEnv(Environment):
+    """The generic environment over a customer-service `Domain` (retail, airline, or your own)."""
+
+    def __init__(self, domain: Domain, **options: Any) -> None:
+        self.domain = domain
+        self.name = domain.name
+        self.options = CustomerServiceOptions(**options)
+
+    @cached_property
+    def db(self) -> Database:
+        """The initial database; every episode works on its own copy."""
+        return self.domain.make_db(self.options.seed)
+
+    @cached_property
+    def tasks(self) -> dict[str, list[Task]]:
+        return self.domain.make_tasks(self.db, self.options.seed)
+
+    def scenarios(self, split: Split) -> list[Scenario]:
+        split = self.check_split(split)
+        return [Scenario(id=t.id, split=split, data={"task": t.model_dump()}) for t in self.tasks[split]]
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.domain.tool_schemas
+
+    def make_user(self, task: Task) -> User:
+        user = self.options.user
+        if user == "scripted":
+            return ScriptedUser(task, patience=self.options.user_patience)
+        return LLMUser(task, LLMUserSettings() if user == "llm" else user)
+
+    async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
+        """Play one episode of `scenario` with `model` served by `client` (an `openai.AsyncOpenAI`)."""
+        if sampling.get("n", 1) != 1:
+            raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
+        task = Task.model_validate(scenario.data["task"])
+        db = copy.deepcopy(self.db)
+        user = self.make_user(task)
+        tools = self.tools()
+        extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
+        if self.options.force_tool_calls:
+            extra_body["structured_outputs"] = {"regex": tool_call_regex(tools)}
+        traj = Trajectory(
+            messages_and_choices=[{"role": "system", "content": self.domain.policy}, {"role": "user", "content": await user.opening()}],
+            tools=tools,
+            metadata={"env": self.name, "task_id": task.id, "split": scenario.split, "seed": self.options.seed},
+        )
+        said: list[str] = []
+        counts = {"tool_calls": 0, "tool_errors": 0, "writes": 0}
+        stop_reason = "max_turns"
+        turns = 0
+        while turns < self.options.max_turns and stop_reason == "max_turns":
+            turns += 1
+            completion = await client.chat.completions.create(
+                model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=extra_body, **sampling
+            )
+            choice: Choice = completion.choices[0]
+            traj.messages_and_choices.append(choice)
+            calls = _tool_calls(choice, turns)
+            if calls:
+                for call_id, name, arguments in calls:
+                    result = self._run_tool(db, name, arguments)
+                    counts["tool_calls"] += 1
+                    counts["tool_errors"] += result.startswith("Error:")
+                    counts["writes"] += name in self.domain.write_tools and not result.startswith("Error:")
+                    traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": result})
+                    if name in self.domain.terminal_tools:
+                        stop_reason = "terminal_tool"
+                        break
+                continue
+            text = choice.message.content or ""
+            said.append(text)
+            answer = await user.reply(text)
+            traj.messages_and_choices.append({"role": "user", "content": answer})
+            if STOP in answer:
+                stop_reason = "user_stop"
+        scores = reward(self.domain, self.db, db, task, said)
+        traj.reward = scores["reward"]
+        traj.metrics.update(scores, turns=turns, truncated=stop_reason == "max_turns", **counts)
+        traj.metadata["stop_reason"] = stop_reason
+        return traj.finish()
+
+    def _run_tool(self, db: Database, name: str, arguments: str) -> str:
+        try:
+            kwargs = json.loads(arguments or "{}")
+        except json.JSONDecodeError as e:
+            return f"Error: the arguments of {name} are not valid JSON ({e}); send a JSON object"
+        if not isinstance(kwargs, dict):
+            return f"Error: the arguments of {name} must be a JSON object, got {type(kwargs).__name__}"
+        return call_tool(self.domain, db, name, kwargs)
+
+
+def _tool_calls(choice: Choice, turn: int) -> list[tuple[str, str, str]]:
+    """(id, name, JSON arguments) of each call: the server's parsed `tool_calls`, else Hermes-style
+    `<tool_call>{...}</tool_call>` blocks in the content (a server started without a tool parser)."""
+    msg = choice.message
+    if msg.tool_calls:
+        return [(tc.id, tc.function.name, tc.function.arguments) for tc in msg.tool_calls]
+    out = []
+    for k, block in enumerate(_CALL_IN_TEXT.findall(msg.content or "")):
+        try:
+            call = json.loads(block)
+            name, arguments = call["name"], json.dumps(call.get("arguments", {}))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            name, arguments = "<unparseable tool call>", block  # comes back to the agent as an error
+        out.append((f"call_{turn}_{k}", str(name), arguments))
+    return out
