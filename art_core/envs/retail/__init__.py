@@ -1,0 +1,42 @@
+"""Retail customer service, in the style of tau-bench: an online store's orders, returns and exchanges.
+
+    >>> env = load_environment(seed=0, user="scripted", max_turns=30)
+    >>> len(env.scenarios("train")), len(env.scenarios("val")), len(env.scenarios("test"))
+    (600, 100, 100)
+
+`RETAIL` is the `Domain` (database generator, tools, schemas, task generator, policy); the
+environment is the generic `CustomerServiceEnv` run on it. Options are `CustomerServiceEnv`'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from art_core.envs.retail.db import make_db
+from art_core.envs.retail.tasks import make_tasks
+from art_core.envs.retail.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
+from art_core.envs.tau.domain import Domain
+
+POLICY = (Path(__file__).parent / "policy.md").read_text()
+
+RETAIL = Domain(
+    name="retail",
+    policy=POLICY,
+    make_db=make_db,
+    tools=TOOLS,
+    tool_schemas=TOOL_SCHEMAS,
+    make_tasks=make_tasks,
+    write_tools=WRITE_TOOLS,
+    terminal_tools=frozenset({"transfer_to_human_agents"}),
+)
+
+
+def load_environment(**options: Any):
+    """The retail environment; see `CustomerServiceEnv` for the options (seed, user, max_turns, ...)."""
+    from art_core.envs.tau.episode import CustomerServiceEnv
+
+    return CustomerServiceEnv(RETAIL, **options)
+
+
+__all__ = ["RETAIL", "POLICY", "load_environment"]
