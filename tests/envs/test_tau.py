@@ -127,6 +127,35 @@ async def test_episode_solves_a_cancel_task_and_keeps_choices(env, fake_chat_ser
     assert len(again.choices()) == 7 and again.reward == 1.0
 
 
+def oracle_turns(f, task: Task) -> list[dict]:
+    """A perfect agent's turns for `task`: identify, propose each gold write with all its values, run it, report."""
+    k = task.known_info
+    lookup = ("find_user_id_by_email", {"email": k["email"]}) if "email" in k else \
+        ("find_user_id_by_name_zip", {"first_name": k["name"].split()[0], "last_name": k["name"].split()[1], "zip": k["zip"]})
+    turns = [f.say("Hello! Could you give me your email, or your name and zip code?"), f.tool_call(*lookup)]
+    for a in task.actions:
+        values = " ".join(str(v) for v in a.kwargs.values() if not isinstance(v, list)) + " " + " ".join(x for v in a.kwargs.values() if isinstance(v, list) for x in v)
+        turns += [f.say(f"To confirm, I will {a.name.replace('_', ' ')}: {values}. Shall I proceed?"), f.tool_call(a.name, a.kwargs)]
+    closing = "All done. " + " ".join(task.outputs) if task.actions or task.outputs else "Sorry, I cannot do that under our policy."
+    return turns + [f.say(closing)]
+
+
+async def test_a_perfect_agent_scores_one_on_every_kind_of_task(env, fake_chat_server):
+    f = fake_chat_server
+    kinds: dict[tuple, Task] = {}
+    for scenario in env.scenarios("val"):
+        task = Task.model_validate(scenario.data["task"])
+        kinds.setdefault((tuple(a.name for a in task.actions), bool(task.outputs)), scenario)
+    assert len(kinds) >= 10
+    client = AsyncOpenAI(base_url=f.base_url, api_key="test")
+    for i, scenario in enumerate(kinds.values()):
+        task = Task.model_validate(scenario.data["task"])
+        f.script(f"oracle-{i}", oracle_turns(f, task))
+        traj = await env.rollout(client, f"oracle-{i}", scenario)
+        assert traj.reward == 1.0 and traj.metadata["stop_reason"] == "user_stop", (task.id, traj.messages()[-3:])
+        assert traj.metrics["writes"] == len(task.actions) and not f.queues[f"oracle-{i}"]
+
+
 async def test_episode_write_without_the_right_arguments_scores_zero(env, fake_chat_server):
     scenario = find(env, "val", single("cancel_pending_order"))
     task = Task.model_validate(scenario.data["task"])
@@ -207,6 +236,17 @@ async def test_llm_user_plays_through_litellm(fake_chat_server):
     # roles are flipped for the simulator: the agent speaks as "user", the customer as "assistant"
     assert [m["role"] for m in sent["messages"][1:]] == ["user", "assistant", "user"]
     assert sent["messages"][-1]["content"] == "Your order is cancelled."
+
+
+async def test_episode_with_the_llm_user(fake_chat_server):
+    f = fake_chat_server
+    env = CustomerServiceEnv(RETAIL, user=LLMUserSettings(model="openai/user-sim", api_base=f.base_url, api_key="test"))
+    scenario = env.scenarios("train")[2]
+    f.script("user-sim", [f.say("Hello, I need help with an order."), f.say(f"Never mind then. {STOP}")])
+    f.script("agent", [f.say("I'm afraid I can't help with that.")])
+    traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
+    assert [m["content"] for m in traj.messages() if m["role"] == "user"] == ["Hello, I need help with an order.", f"Never mind then. {STOP}"]
+    assert traj.metadata["stop_reason"] == "user_stop" and [r["model"] for r in f.requests] == ["user-sim", "agent", "user-sim"]
 
 
 def test_options_pick_the_user_simulator():

@@ -10,7 +10,9 @@ agent model is called with the tools. Its tool calls run against the episode's o
 database (results come back as `tool` messages; bad calls come back as error text), and a plain
 reply goes to the customer. It ends when the customer writes STOP, the agent calls a terminal tool
 (a transfer to a human), or after `max_turns` agent turns. Each agent turn is kept as the returned
-`Choice` (with its sampled token ids and logprobs): that is what the trainer trains on.
+`Choice` (with its sampled token ids and logprobs): that is what the trainer trains on. The reward is
+`domain.reward`: the final database against the gold replay, and the task's outputs against the plain
+replies the customer saw (text that comes with tool calls is not shown to the customer).
 
 `force_tool_calls=True` is for random-weight test models, which never write a tool call on their own:
 each request carries a vLLM structured-outputs regex (`extra_body={"structured_outputs": {"regex": ...}}`,
@@ -20,7 +22,8 @@ bounded strings and lists. A server started with `--enable-auto-tool-choice --to
 turns that text into real `tool_calls`; without a parser the episode parses it from the content itself.
 A regex rather than `{"json": schema}` because it also bounds lengths and whitespace, so a random model
 cannot ramble until `max_tokens` and cut its JSON in half. Every agent turn is then a tool call, so such an
-episode ends by a terminal tool or `max_turns`.
+episode ends by a terminal tool or `max_turns`. The longest forced retail call is at most 172 tokens on the tiny
+test model: pass max_tokens=256 or more.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ class CustomerServiceEnv(Environment):
         db = copy.deepcopy(self.db)
         user = self.make_user(task)
         tools = self.tools()
-        extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
+        extra_body = {"return_tokens_as_token_ids": True, **(sampling.pop("extra_body", None) or {})}
         if self.options.force_tool_calls:
             extra_body["structured_outputs"] = {"regex": tool_call_regex(tools)}
         traj = Trajectory(
