@@ -65,6 +65,7 @@ def train(config: RunConfig) -> TrainSummary:
     score = score_groups.with_options(result_storage=results)
     evaluate_step = evaluate.with_options(result_storage=results)
     write_model_json(ref, config)
+    storage = ref.storage()
     n, per_step = config.steps, config.groups_per_step * config.group_size
     summary = TrainSummary(storage_url=config.storage_url, model_path=ref.path(), rewards={}, checkpoints={},
                            trained_steps=[], evaluations={}, report_paths={})  # fmt: skip
@@ -72,6 +73,8 @@ def train(config: RunConfig) -> TrainSummary:
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
         t0 = time.perf_counter()
         gathered = gather(ref, rollout, step, config.inference_url)
+        if not storage.exists(gathered.uri):  # the cache outlived its file (deleted by hand): roll out again
+            gathered = gather.with_options(refresh_cache=True)(ref, rollout, step, config.inference_url)
         t1 = time.perf_counter()
         scored = score(config.storage_url, gathered.uri, step, config.judge)
         t2 = time.perf_counter()

@@ -34,7 +34,7 @@ def score_groups(storage_url: str, trajectories_uri: str, step: int, judge: Judg
         return ScoreResult(step=step, uri=trajectories_uri, summary=reward_summary(groups), judged=False,
                            seconds=time.perf_counter() - t0)  # fmt: skip
     try:
-        scored = run_sync(_ruler_all(groups, judge))
+        scored = run_sync(_ruler_all(groups, judge, storage_url))
     except Exception as e:  # re-raised with what to fix; never scored as 0
         raise JudgeError(
             f"RULER judge {judge.model!r} at {judge.api_base or 'the provider default'} failed on step {step}: "
@@ -48,18 +48,15 @@ def score_groups(storage_url: str, trajectories_uri: str, step: int, judge: Judg
     return ScoreResult(step=step, uri=uri, summary=summary, judged=True, seconds=time.perf_counter() - t0)
 
 
-async def _ruler_all(groups, judge: JudgeConfig):
+async def _ruler_all(groups, judge: JudgeConfig, storage_url: str):
     from art_core.rewards.ruler import ruler_score_group
-
     from art_core.settings import get_settings
 
-    params: dict = {"timeout": judge.timeout_s}
-    if judge.api_base:
-        params["api_base"] = judge.api_base
-    key = get_settings().judge_api_key
+    params: dict = {"api_base": judge.api_base} if judge.api_base else {}
+    key = get_settings().judge_api_key  # read here, never a parameter: Prefect stores parameters
     if key is not None:
         params["api_key"] = key.get_secret_value()
-    kwargs = {"rubric": judge.rubric} if judge.rubric else {}
+    options = {"timeout_s": judge.timeout_s, "max_retries": judge.max_retries, "cache_root": storage_url}
     return await asyncio.gather(
-        *(ruler_score_group(g, judge.model, extra_litellm_params=params, **kwargs) for g in groups)
+        *(ruler_score_group(g, judge.model, extra_litellm_params=params, rubric=judge.rubric, **options) for g in groups)
     )

@@ -64,6 +64,7 @@ class JudgeConfig(BaseModel):
     api_base: str | None = Field(None, description="OpenAI-compatible base URL of the judge; None for the provider's.")
     rubric: str | None = Field(None, description="Replaces RULER's default rubric when set.")
     timeout_s: float = Field(60.0, gt=0, description="Seconds to wait for one judge reply.")
+    max_retries: int = Field(3, ge=0, description="Retries of a failed judge call (with backoff) before the step fails.")
 
 
 class GatherResult(BaseModel):

@@ -1,0 +1,125 @@
+"""Benchmark: what the Prefect pipeline costs on top of the same art_core calls in a plain loop.
+
+    python bench/pipeline.py              # ~3-5 minutes on 2 CPU cores; writes bench/results/pipeline.txt
+    python bench/pipeline.py --steps 4 --groups 4 --group-size 8
+
+In one process, against one vLLM server serving the tiny model and a Prefect test server:
+1. warm-up: one plain step on a throw-away model (imports, first trainer load), so neither side pays it;
+2. plain loop: N steps (run once before and once after the flow, averaged, since load drifts) of scenarios -> rollout_groups -> write_groups -> train_step -> record_metrics;
+3. the train flow with the same sizes on a fresh model name (every step a Prefect task, results persisted);
+4. the same flow again: everything from the cache and checkpoints.
+Reported: seconds per step of each (whole run / N), their ratio (target <= 1.10), and the cached re-run's
+time as a fraction of the first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "pipeline.txt")
+
+
+def plain_loop(cfg, steps: int) -> list[float]:
+    """The same art_core calls as the flow's tasks, in a plain for loop; seconds per step."""
+    from art_core.reporting import record_metrics
+    from art_core.rollouts import discover_endpoint, load_adapter, reward_summary, rollout_groups, scenarios_for_step
+    from art_core.training.trainer import train_step
+    from flows.train import refs
+
+    ref, rollout = refs(cfg)
+    storage, env = ref.storage(), rollout.load_environment()
+    endpoint = discover_endpoint(cfg.inference_url, os.environ["ART_INFERENCE_API_KEY"])
+    times = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        served = endpoint.base_name
+        if step > 0:
+            served = f"{ref.model}@{step}"
+            load_adapter(endpoint, served, storage.checkpoint_path(ref.project, ref.model, step))
+        scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
+        groups = asyncio.run(rollout_groups(env, endpoint, served, scenarios, rollout.group_size,
+                                            sampling=rollout.sampling, pbar_desc=None))  # fmt: skip
+        uri = storage.trajectories_path(ref.project, ref.model, "train", step)
+        storage.write_groups(uri, groups)
+        result = train_step(base_model=ref.base_model, groups=storage.read_groups(uri), config=cfg.train,
+                            storage=storage, project=ref.project, name=ref.model, step=step)  # fmt: skip
+        record_metrics(storage, ref.project, ref.model, result.step, {**reward_summary(groups), **result.metrics})
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=8)
+    args = p.parse_args()
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    from art_core.inference.server import ServerConfig, VLLMServer
+    from art_core.testing.tiny_model import build_tiny_model
+    from flows.config import RunConfig
+    from flows.train import train
+
+    work = tempfile.mkdtemp(prefix="bench-pipeline-")
+    model_path = build_tiny_model(os.path.join(work, "tiny"))
+    server = VLLMServer(ServerConfig(model=model_path, served_model_name="tiny")).start()
+    os.environ["ART_INFERENCE_API_KEY"] = server.api_key or ""
+
+    def config(name: str, steps: int) -> RunConfig:
+        return RunConfig(project="bench", model=name, base_model=model_path, storage_url=os.path.join(work, "art"),
+                         environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=steps,
+                         groups_per_step=args.groups, group_size=args.group_size, train={"learning_rate": 2e-3},
+                         sampling={"max_tokens": args.max_tokens}, inference_url=server.base_url,
+                         report_to_wandb=False)  # fmt: skip
+
+    try:
+        plain_loop(config("warmup", 1), 1)
+        plain = plain_loop(config("plain-before", args.steps), args.steps)
+        with prefect_test_harness(server_startup_timeout=180):
+            t0 = time.perf_counter()
+            train(config("flow", args.steps))
+            flow_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            again = train(config("flow", args.steps))
+            cached_s = time.perf_counter() - t0
+            assert again.trained_steps == [], "the cached re-run trained again"
+        plain += plain_loop(config("plain-after", args.steps), args.steps)  # before and after: load drifts
+    finally:
+        server.stop()
+
+    plain_per_step, flow_per_step = sum(plain) / len(plain), flow_s / args.steps
+    lines = [
+        f"bench/pipeline.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, python {platform.python_version()}",
+        f"tiny model on tic-tac-toe (moves constrained), vLLM CPU server, local storage; {args.steps} steps of "
+        f"{args.groups} groups x {args.group_size} rollouts, max_tokens {args.max_tokens}",
+        "",
+        f"plain loop (same art_core calls)   {plain_per_step:7.2f} s/step   (before+after: {', '.join(f'{t:.2f}' for t in plain)};"
+        f" median {statistics.median(plain):.2f})",
+        f"Prefect train flow (whole run / N) {flow_per_step:7.2f} s/step   (incl. flow start, artifacts, reports)",
+        f"ratio flow / plain                 {flow_per_step / plain_per_step:7.2f}      (target <= 1.10)",
+        f"cached re-run                      {cached_s:7.2f} s = {cached_s / flow_s:.1%} of the first run ({flow_s:.1f} s)",
+    ]
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

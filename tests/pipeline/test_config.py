@@ -1,0 +1,58 @@
+"""A bad RunConfig is refused before any work, with a message that names the field to fix."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from pydantic import ValidationError
+
+from flows.config import RunConfig
+
+
+def _base(tiny_model_path, tmp_path, **update):
+    cfg = {"project": "demo", "model": "agent-001", "base_model": str(tiny_model_path),
+           "environment": {"name": "tic-tac-toe"}, "storage_url": str(tmp_path / "art")}  # fmt: skip
+    cfg.update(update)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("update", "field", "hint"),
+    [
+        ({"group_size": 1}, "group_size", "greater than or equal to 2"),
+        ({"steps": 0}, "steps", "greater than or equal to 1"),
+        ({"environment": {"name": "chess-9000"}}, "environment.name", "unknown environment"),
+        ({"model": "../escape"}, "model", "not allowed"),
+        ({"base_model": "/nonexistent/model"}, "base_model", "no config.json"),
+        ({"train": {"learning_rate": -1}}, "train.learning_rate", "greater than 0"),
+        ({"storage_url": "ftp://host/x"}, "storage_url", "unsupported scheme"),
+        ({"judge": {"model": "openai/o4-mini", "api_key": "sk-secret"}}, "judge.api_key", "Extra inputs"),
+        ({"group_sise": 8}, "group_sise", "Extra inputs"),
+        ({"inference_url": "127.0.0.1:8000"}, "inference_url", "http://"),
+    ],
+)
+def test_invalid_field_is_named(tiny_model_path, tmp_path, update, field, hint):
+    with pytest.raises(ValidationError) as e:
+        RunConfig(**_base(tiny_model_path, tmp_path, **update))
+    text = str(e.value)
+    assert field in text and hint in text, text
+
+
+def test_defaults_and_paths_resolved(tiny_model_path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig(**_base(tiny_model_path, tmp_path, storage_url="./runs"))
+    assert cfg.storage_url == str(tmp_path / "runs")  # a worker in another folder gets the same place
+    assert os.path.isabs(cfg.base_model)
+    assert cfg.group_size >= 2 and cfg.judge is None
+
+
+def test_flow_refuses_bad_config_before_any_work(prefect_api, tiny_model_path, tmp_path):
+    """Called as Prefect calls it (parameters as JSON), the flow fails on validation and writes nothing."""
+    from flows.train import train
+
+    storage = tmp_path / "art"
+    with pytest.raises(Exception) as e:
+        train(config=_base(tiny_model_path, tmp_path, group_size=1))
+    assert "group_size" in str(e.value)
+    assert not storage.exists(), "the refused run must not touch storage"

@@ -1,0 +1,44 @@
+"""Run reports: history.jsonl per step, the metrics table, the reward curve, the eval markdown, W&B offline."""
+
+import os
+
+from art_core.evaluate import EvalReport
+from art_core.reporting import (
+    eval_markdown, log_wandb, metrics_table, read_history, record_metrics, reward_curve_png, step_metrics,
+)  # fmt: skip
+from art_core.storage import Storage
+
+
+def test_history_records_merge_into_one_row_per_step(tmp_path):
+    s = Storage(str(tmp_path))
+    assert record_metrics(s, "p", "m", 1, {"reward": 0.25, "train/loss": 1.5}) == {"train/reward": 0.25, "train/loss": 1.5}
+    record_metrics(s, "p", "m", 2, {"reward": 0.5})
+    record_metrics(s, "p", "m", 2, {"reward": 0.4, "pass^1": 0.3}, prefix="val/")
+    assert [r["step"] for r in read_history(s, "p", "m")] == [1, 2, 2]
+    rows = metrics_table(read_history(s, "p", "m"))
+    assert rows == [{"step": 1, "train/reward": 0.25, "train/loss": 1.5},
+                    {"step": 2, "train/reward": 0.5, "val/reward": 0.4, "val/pass^1": 0.3}]  # fmt: skip
+    assert step_metrics(s, "p", "m", 2, prefix="val/") == {"val/reward": 0.4, "val/pass^1": 0.3}
+
+
+def test_reward_curve_is_a_png():
+    png = reward_curve_png([{"step": 1, "train/reward": 0.1}, {"step": 2, "train/reward": 0.3, "val/reward": 0.2}])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+
+def test_eval_markdown_shows_baseline_pass_k_and_best_step():
+    base = EvalReport(model="tiny", step=0, split="val", scenarios=4, trials=2, reward=0.1, pass_k={1: 0.0, 2: 0.0})
+    r1 = EvalReport(model="a@1", step=1, split="val", scenarios=4, trials=2, reward=0.3, pass_k={1: 0.25, 2: 0.1})
+    r2 = EvalReport(model="a@2", step=2, split="val", scenarios=4, trials=2, reward=0.2, pass_k={1: 0.2, 2: 0.0})
+    md = eval_markdown([r1, r2], baseline=base)
+    assert "| tiny (baseline) | 0 |" in md and "pass^2" in md
+    assert "**0.300**" in md and "**0.200**" not in md
+    assert "+0.100" in md  # last step vs baseline
+
+
+def test_wandb_logs_offline_without_a_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run_dir = log_wandb("p", "m", [{"step": 1, "train/reward": 0.2}, {"step": 2, "train/reward": 0.4}],
+                        directory=str(tmp_path))  # fmt: skip
+    assert run_dir.startswith(str(tmp_path)) and "offline-run" in run_dir
+    assert os.path.exists(run_dir)
