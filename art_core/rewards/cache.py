@@ -40,7 +40,6 @@ class JudgeCache:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self.folder = storage.join("_cache", "ruler")  # for messages; paths are built with join below
 
     def key(
         self,

@@ -184,7 +184,10 @@ async def judge_trajectories(
         max_concurrency=config.max_concurrency,
     )
     if cache is not None and key is not None:
-        cache.put(key, config.judge_model, verdicts, usage.model_dump())
+        try:
+            cache.put(key, config.judge_model, verdicts, usage.model_dump())
+        except Exception as exc:  # the scores are valid and paid for; a full disk must not lose them
+            log.warning("could not store the RULER reply in the cache at %s: %s", cache.path(key), exc)
     return RulerResult(scores=_map_back(verdicts, ids, same_as), usage=usage)
 
 
