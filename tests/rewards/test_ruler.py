@@ -118,6 +118,16 @@ async def test_a_second_identical_call_is_answered_from_the_cache(fake_judge: Fa
     assert len(fake_judge.requests) == 3  # another rubric, or no cache: the judge is asked again
 
 
+async def test_the_cache_lives_under_an_s3_storage_root_too(fake_judge: FakeJudge, judge_options, s3_root):
+    from art_core.storage import Storage
+
+    opts = dict(judge_options, cache_root=s3_root)
+    first = await ruler_score_group(retail_group(GRADED), **opts)
+    second = await ruler_score_group(retail_group(GRADED), **opts)
+    assert len(fake_judge.requests) == 1 and second.rewards() == first.rewards()
+    assert len(Storage(s3_root).fs.ls("ruler-cache/art/_cache/ruler")) == 1
+
+
 async def test_requests_per_endpoint_are_limited(fake_judge: FakeJudge, judge_options):
     fake_judge.delay_s = 0.2
     groups = [retail_group([(f"reply {i}", False), (f"other {i}", True)]) for i in range(5)]
