@@ -26,9 +26,9 @@ import random
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from art_core.envs.base import Environment, Scenario, Split
+from art_core.envs.base import SPLITS, Environment, Scenario, Split
 from art_core.trajectories import Trajectory
 
 Board = tuple[tuple[int, ...], ...]
@@ -142,6 +142,14 @@ class Game2048Options(BaseModel):
     constrain_moves: bool = False  # vLLM structured outputs: answers limited to the legal moves
     split_sizes: dict[str, int] = Field(default_factory=lambda: {"train": 1000, "val": 100, "test": 100})
 
+    @field_validator("split_sizes")
+    @classmethod
+    def _known_splits(cls, sizes: dict[str, int]) -> dict[str, int]:
+        unknown = set(sizes) - set(SPLITS)
+        if unknown or any(n < 0 for n in sizes.values()):
+            raise ValueError(f"split_sizes takes sizes >= 0 for {', '.join(SPLITS)}; got {sizes}")
+        return sizes
+
 
 SYSTEM_PROMPT = """You are playing 2048 on a {size}x{size} board. Each turn you see the board ("." is an empty \
 cell) and answer with one move: left, right, up or down. All tiles slide that way; two equal tiles that meet \
@@ -165,7 +173,7 @@ class Game2048Env(Environment):
         rng = random.Random(f"2048-scenarios-{self.options.seed}")
         seeds = rng.sample(range(2**31), sum(sizes.values()))  # distinct, so splits never share a game
         start = 0
-        for name in ("train", "val", "test"):
+        for name in SPLITS:
             if name == split:
                 return [Scenario(id=f"2048-{split}-{i:04d}", split=split, data={"game_seed": s})
                         for i, s in enumerate(seeds[start:start + sizes.get(name, 0)])]
@@ -176,6 +184,9 @@ class Game2048Env(Environment):
         """Play one game of `scenario` with `model`; each model turn is kept as its Choice."""
         opts = self.options
         sampling = dict(sampling)
+        if sampling.pop("n", 1) != 1:
+            raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
+        sampling.pop("logprobs", None)  # always on: the trainer needs the sampled tokens' logprobs
         extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
         rng = random.Random(scenario.data["game_seed"])
         board = new_board(rng, opts.size)

@@ -22,9 +22,9 @@ import random
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from art_core.envs.base import Environment, Scenario, Split
+from art_core.envs.base import SPLITS, Environment, Scenario, Split
 from art_core.trajectories import Trajectory
 
 CELLS = tuple(f"{c}{r}" for r in "123" for c in "ABC")  # row by row: A1 B1 C1 / A2 B2 C2 / A3 B3 C3
@@ -115,6 +115,14 @@ class TicTacToeOptions(BaseModel):
     constrain_moves: bool = False  # vLLM structured outputs: answers limited to the free cells
     split_sizes: dict[str, int] = Field(default_factory=lambda: {"train": 386, "val": 100, "test": 100})
 
+    @field_validator("split_sizes")
+    @classmethod
+    def _known_splits(cls, sizes: dict[str, int]) -> dict[str, int]:
+        unknown = set(sizes) - set(SPLITS)
+        if unknown or any(n < 0 for n in sizes.values()):
+            raise ValueError(f"split_sizes takes sizes >= 0 for {', '.join(SPLITS)}; got {sizes}")
+        return sizes
+
 
 SYSTEM_PROMPT = """You play tic-tac-toe as X against an opponent playing O. Cells are named by column (A, B, C) \
 and row (1, 2, 3): A1 is top left, C3 bottom right. Get three X in a row, column or diagonal to win. Each turn \
@@ -137,7 +145,7 @@ class TicTacToeEnv(Environment):
         every = openings()
         random.Random(f"tictactoe-scenarios-{self.options.seed}").shuffle(every)
         start = 0
-        for name in ("train", "val", "test"):
+        for name in SPLITS:
             size = self.options.split_sizes.get(name, 0)
             if name == split:
                 return [Scenario(id=f"tictactoe-{split}-{i:04d}", split=split, data={"opening": list(seq)})
@@ -148,6 +156,9 @@ class TicTacToeEnv(Environment):
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game from the scenario's opening; each model turn is kept as its Choice."""
         sampling = dict(sampling)
+        if sampling.pop("n", 1) != 1:
+            raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
+        sampling.pop("logprobs", None)  # always on: the trainer needs the sampled tokens' logprobs
         extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
         board: Board = {c: "XO"[i % 2] for i, c in enumerate(scenario.data["opening"])}
         if next_mark(board) == "O":

@@ -203,6 +203,8 @@ def test_tictactoe_rewards_and_openings():
     assert ids["test"] != [tuple(sc.data["opening"]) for sc in load_environment("tic-tac-toe", seed=2).scenarios("test")]
     with pytest.raises(ValueError, match="only 586"):
         load_environment("tic-tac-toe", split_sizes={"train": 600})
+    with pytest.raises(ValueError, match="split_sizes"):
+        load_environment("tic-tac-toe", split_sizes={"training": 10})
 
 
 # ---- tic-tac-toe games through the client ----------------------------------------------------------
@@ -214,7 +216,7 @@ async def test_tictactoe_constrained_games_end_with_a_result(fake_chat):
     outcomes = set()
     for scenario in env.scenarios("val")[:20]:
         before = len(server.requests)
-        traj = await env.rollout(server.client, "tiny@0", scenario, max_tokens=3)
+        traj = await env.rollout(server.client, "tiny@0", scenario, max_tokens=3, logprobs=True)  # logprobs is always on anyway
         outcome = traj.metadata["outcome"]
         outcomes.add(outcome)
         assert outcome in ("win", "draw", "loss") and traj.reward == t.outcome_reward(outcome, traj.metrics["agent_moves"])
