@@ -3,7 +3,8 @@
 Most checks run on a customer's slice of the database (their profile, their reservations and the
 flights the task touches): the tools of a task never reach beyond it, so the reward on the slice is
 the reward on the whole database, at a fraction of the copying and hashing. A sample checks that on
-the full database too. `test_airline_episode_against_vllm` needs the vLLM server (marker `vllm`).
+the full database too. Whole episodes run against the fake chat server of conftest.py (a scripted agent
+with the scripted user), and `test_airline_episode_against_vllm` against the vLLM server (marker `vllm`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from art_core.envs.airline.db import BAG_PRICE, CABINS, INSURANCE_PRICE, MONTH, 
 from art_core.envs.airline.tasks import make_tasks
 from art_core.envs.tau.domain import Action, Task, call_tool, hash_db, reward
 from art_core.trajectories import Trajectory
+from tests.envs.conftest import say, tool_call  # scripted agent turns for the fake chat server
 
 SPLITS = ("train", "val", "test")
 
@@ -313,3 +315,36 @@ async def test_airline_episode_against_vllm(vllm_endpoint):
     assert 1 <= len(choices) == traj.metrics["turns"] <= 3 and traj.metrics["tool_calls"] >= 1
     assert all(c.logprobs.content and c.logprobs.content[0].token.startswith("token_id:") for c in choices)
     assert traj.reward in (0.0, 1.0) and "r_actions" in traj.metrics
+
+
+def gold_agent_turns(task: Task) -> list[dict]:
+    """A scripted agent that does the task right: identify, propose each write and wait for yes, make it,
+    then state the outputs (or decline, on a refusal task)."""
+    turns = [say("Could you tell me your user id?"), tool_call("get_user_details", {"user_id": task.user_id})]
+    for a in task.actions:
+        turns += [say(f"Please confirm (yes/no): {a.name} {json.dumps(a.kwargs)}"), tool_call(a.name, a.kwargs)]
+    if kind(task).startswith("refuse_"):
+        return turns + [say("I am sorry, that is not allowed under our policy, so I cannot do it.")]
+    return turns + [say(" ".join(f"The amount is ${o}." for o in task.outputs) or "All done.")]
+
+
+async def test_episodes_with_the_scripted_user_score_a_right_agent_one_and_a_rule_breaker_zero(tasks, fake_chat_server):
+    from openai import AsyncOpenAI
+
+    env = load_environment("airline", seed=0, user="scripted", max_turns=12)
+    client = AsyncOpenAI(base_url=fake_chat_server.base_url, api_key="fake", max_retries=0)
+    one_per_kind = {kind(t): t for t in reversed(all_tasks(tasks))}
+    for k, task in sorted(one_per_kind.items()):
+        fake_chat_server.script(k, gold_agent_turns(task))
+        scenario = next(s for s in env.scenarios(task.id.split("-")[0]) if s.id == task.id)
+        traj = await env.rollout(client, k, scenario, temperature=0.0)
+        assert traj.metadata["stop_reason"] == "user_stop" and traj.reward == 1.0, (task.id, traj.metrics, traj.messages()[-3:])
+        assert traj.metrics["writes"] == len(task.actions) and traj.metrics["tool_errors"] == 0
+    # on a refusal task, doing what the customer asks anyway (no confirmation needed to break a rule) scores 0
+    task = one_per_kind["refuse_cancel"]
+    rid = task.known_info["reservation_id"]
+    fake_chat_server.script("breaker", [tool_call("cancel_reservation", {"reservation_id": rid}), say("Done; I cannot help with anything else.")])
+    scenario = next(s for s in env.scenarios(task.id.split("-")[0]) if s.id == task.id)
+    traj = await env.rollout(client, "breaker", scenario)
+    assert traj.metrics["writes"] == 1 and traj.reward == 0.0 and traj.metrics["r_actions"] == 0.0
+
