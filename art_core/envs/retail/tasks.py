@@ -122,7 +122,8 @@ def modify_address(rng, db, user, taken):
 
 
 def modify_items(rng, db, user, taken):
-    for o in rng.sample(_orders(db, user, ("pending",), taken), k=len(_orders(db, user, ("pending",), taken))):
+    orders = _orders(db, user, ("pending",), taken)
+    for o in rng.sample(orders, k=len(orders)):
         old, new = _swaps(rng, db, o)
         if not old:
             continue
@@ -175,7 +176,8 @@ def return_items(rng, db, user, taken):
 
 
 def exchange_items(rng, db, user, taken):
-    for o in rng.sample(_orders(db, user, ("delivered",), taken), k=len(_orders(db, user, ("delivered",), taken))):
+    orders = _orders(db, user, ("delivered",), taken)
+    for o in rng.sample(orders, k=len(orders)):
         old, new = _swaps(rng, db, o)
         if not old:
             continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from art_core.envs.tau.domain import Action, Task
 
@@ -206,7 +206,7 @@ class LLMUserSettings(BaseModel):
 
     model: str = Field(default_factory=lambda: os.environ.get("USER_SIM_MODEL", "openai/gpt-4o-mini"))
     api_base: str | None = Field(default_factory=lambda: os.environ.get("USER_SIM_API_BASE"))
-    api_key: str | None = Field(default=None, repr=False)  # None: litellm reads the provider's own variable
+    api_key: SecretStr | None = None  # None: litellm reads the provider's own variable; never dumped in clear
     temperature: float = 0.0
     max_tokens: int = 256
     completion_kwargs: dict[str, Any] = Field(default_factory=dict)  # anything else litellm.acompletion takes
@@ -237,7 +237,7 @@ class LLMUser:
 
         s = self.settings
         response = await litellm.acompletion(
-            model=s.model, messages=self.messages, api_base=s.api_base, api_key=s.api_key,
+            model=s.model, messages=self.messages, api_base=s.api_base, api_key=s.api_key.get_secret_value() if s.api_key else None,
             temperature=s.temperature, max_tokens=s.max_tokens, **s.completion_kwargs,
         )
         text = response.choices[0].message.content or ""
