@@ -7,7 +7,7 @@ generic customer-service episode loop:
     >>> from art_core.envs.tau.domain import call_tool
     >>> db = AIRLINE.make_db(0)
     >>> call_tool(AIRLINE, db, "list_all_airports", {})[:30]
-    '[{"city": "Atlanta", "code": "AT'
+    '[{"city": "Atlanta", "code": "'
 """
 
 from __future__ import annotations
