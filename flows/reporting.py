@@ -53,8 +53,18 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
         description=f"Reward curve of {ref.model}")  # fmt: skip
     create_markdown_artifact(key=f"{key}-eval", markdown=report, description=f"Evaluation report of {ref.model}")
     if wandb:
-        paths["wandb"] = log_wandb(ref.project, ref.model, rows)
+        paths["wandb"] = log_wandb(ref.project, ref.model, rows, sample_groups=_samples(ref, rows))
     return paths
+
+
+def _samples(ref: ModelRef, rows: list[dict], groups: int = 2) -> list:
+    """(step, group) pairs from the last trained step's rollouts, for W&B's sample table."""
+    trained = [r["step"] for r in rows if "train/reward" in r]
+    if not trained:
+        return []
+    storage = ref.storage()
+    uri = storage.trajectories_path(ref.project, ref.model, "train", trained[-1] - 1)
+    return [(trained[-1], g) for g in storage.read_groups(uri)[:groups]] if storage.exists(uri) else []
 
 
 def _write_bytes(storage, path: str, data: bytes) -> None:

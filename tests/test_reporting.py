@@ -38,7 +38,11 @@ def test_eval_markdown_shows_baseline_pass_k_and_best_step():
 
 def test_wandb_logs_offline_without_a_key(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    from art_core.trajectories import Trajectory, TrajectoryGroup
+
+    sample = TrajectoryGroup([Trajectory(messages_and_choices=[{"role": "user", "content": "B2"}], reward=1.0)],
+                             metadata={"scenario_id": "s1"})  # fmt: skip
     run_dir = log_wandb("p", "m", [{"step": 1, "train/reward": 0.2}, {"step": 2, "train/reward": 0.4}],
-                        directory=str(tmp_path))  # fmt: skip
+                        sample_groups=[(2, sample)], directory=str(tmp_path))  # fmt: skip
     assert run_dir.startswith(str(tmp_path)) and "offline-run" in run_dir
     assert os.path.exists(run_dir)
