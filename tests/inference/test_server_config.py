@@ -1,0 +1,109 @@
+"""The server's command line, safety defaults and error rewriting, checked without starting vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from art_core.inference.lora import parse_step_name, step_name, write_zero_adapter
+from art_core.inference.middleware import ServedNamesOn404, rewrite_unknown_model
+from art_core.inference.server import ServerConfig, ServerError, VLLMServer
+
+
+def test_binds_loopback_with_a_key_unless_asked_otherwise():
+    server = VLLMServer(ServerConfig(model="/m", served_model_name="tiny"))
+    argv = server.command()
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert server.api_key and len(server.api_key) >= 20
+    # The key travels in the environment (readable only by us), never in argv (readable by anyone via ps).
+    assert server.api_key not in " ".join(argv)
+    assert server.environment()["VLLM_API_KEY"] == server.api_key
+    with pytest.raises(ValueError, match="allow_remote=True"):
+        VLLMServer(ServerConfig(model="/m", host="0.0.0.0"))
+    assert VLLMServer(ServerConfig(model="/m", host="0.0.0.0", allow_remote=True)).config.host == "0.0.0.0"
+
+
+def test_command_has_lora_tools_and_token_ids():
+    server = VLLMServer(ServerConfig(model="/m", served_model_name="tiny", max_lora_rank=16, max_loras=6))
+    argv = " ".join(server.command())
+    assert "-m vllm.entrypoints.openai.api_server" in argv
+    assert "--enable-lora --max-lora-rank 16 --max-loras 6" in argv
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in argv
+    assert "--return-tokens-as-token-ids" in argv
+    env = server.environment()
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    if server.device == "cpu":
+        assert "--enable-sleep-mode" not in argv and "VLLM_SERVER_DEV_MODE" not in env
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+        assert server.sleep() is False and server.wake_up() is False  # CPU: a no-op, not an error
+
+
+def test_no_key_when_explicitly_disabled():
+    server = VLLMServer(ServerConfig(model="/m", require_api_key=False))
+    assert server.api_key is None and "VLLM_API_KEY" not in server.environment()
+
+
+class _CrashingServer(VLLMServer):
+    """Runs a stand-in for vLLM that prints an error and exits, as vLLM does on a bad model or flag."""
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", "import sys; print('ValueError: no such model: /nope'); sys.exit(3)"]
+
+
+def test_failed_start_raises_with_the_log_tail(tmp_path):
+    server = _CrashingServer(ServerConfig(model="/nope", log_path=str(tmp_path / "server.log"), startup_timeout_s=60))
+    with pytest.raises(ServerError, match="exited with code 3") as info:
+        server.start()
+    assert "no such model: /nope" in str(info.value)  # the tail of the log says what went wrong
+    assert server.proc is None and not server.is_alive()
+    with pytest.raises(ServerError, match="never started"):
+        server.check()
+
+
+def test_unknown_model_error_is_rewritten_with_served_names():
+    body = json.dumps({"error": {"message": "The model `agent@7` does not exist. Valid aliases: tiny.",
+                                 "type": "NotFoundError", "param": "model", "code": 404}}).encode()  # fmt: skip
+    out = json.loads(rewrite_unknown_model(body, ["tiny", "agent@1", "agent"]))
+    assert out["error"]["message"] == "The model `agent@7` is not served here. Served names: tiny, agent@1, agent."
+    assert out["error"]["code"] == 404
+    other = json.dumps({"error": {"message": "Not Found"}}).encode()
+    assert rewrite_unknown_model(other, ["tiny"]) is None
+    assert rewrite_unknown_model(b"not json", ["tiny"]) is None
+
+
+async def test_middleware_passes_other_responses_untouched():
+    sent = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+    async def send(message):
+        sent.append(message)
+
+    await ServedNamesOn404(app)({"type": "http"}, None, send)
+    assert [m.get("status") for m in sent] == [200, None] and sent[1]["body"] == b"ok"
+
+
+def test_step_names_round_trip():
+    assert step_name("agent-1", 12) == "agent-1@12"
+    assert parse_step_name("agent-1@12") == ("agent-1", 12)
+    assert parse_step_name("agent-1") is None and parse_step_name("tiny@x") is None
+
+
+def test_zero_adapter_matches_the_model_shapes(tiny_model_path, tmp_path):
+    from safetensors.numpy import load_file
+
+    out = write_zero_adapter(tiny_model_path, str(tmp_path / "zero"))
+    cfg = json.load(open(os.path.join(out, "adapter_config.json")))
+    assert cfg["peft_type"] == "LORA" and set(cfg["target_modules"]) >= {"q_proj", "down_proj"}
+    weights = load_file(os.path.join(out, "adapter_model.safetensors"))
+    hidden = json.load(open(os.path.join(tiny_model_path, "config.json")))["hidden_size"]
+    a = weights["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"]
+    b = weights["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]
+    assert a.shape == (1, hidden) and b.shape == (hidden, 1) and not b.any()
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        write_zero_adapter(str(tmp_path), str(tmp_path / "z2"))
