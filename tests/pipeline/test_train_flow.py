@@ -1,0 +1,261 @@
+"""The train flow on the tiny model, against a real Prefect test server, real vLLM and S3 on loopback (moto).
+
+What a user relies on: a run leaves checkpoints, trajectories and metrics in s3://; running it again
+finishes from cache and checkpoints without rolling out or training; a run killed with SIGKILL mid-step
+resumes without redoing finished work; an unreachable judge fails loudly and keeps the rollouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from flows.config import RunConfig
+
+pytestmark = pytest.mark.vllm
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_config(model_path: str, storage_url: str, inference_url: str, name: str = "agent", **update) -> RunConfig:
+    """Three tiny steps of tic-tac-toe (moves constrained, so rewards vary and GRPO has a signal)."""
+    cfg = dict(project="pipe", model=name, base_model=model_path, storage_url=storage_url, inference_url=inference_url,
+               environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=3, groups_per_step=2,
+               group_size=4, train={"learning_rate": 2e-3}, sampling={"max_tokens": 8}, eval_every=3,
+               eval={"scenarios": 2, "trials": 2}, report_to_wandb=False)  # fmt: skip
+    cfg.update(update)
+    return RunConfig(**cfg)
+
+
+def s3_objects(url: str) -> dict[str, str]:
+    """key -> ETag of every object under an s3:// prefix (an unchanged ETag means it was not rewritten)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    return {p: info["ETag"] for p, info in fs.find(url, detail=True).items()}
+
+
+def task_states(flow_run_id) -> dict[str, str]:
+    """Task run name -> state name ('Cached', 'Completed', ...) for one flow run, read from the Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return {r.name: r.state.name for r in runs}
+
+
+def history(storage_url: str, cfg: RunConfig) -> list[dict]:
+    from art_core.reporting import read_history
+    from art_core.storage import Storage
+
+    return read_history(Storage(storage_url), cfg.project, cfg.model)
+
+
+def run_flow(cfg: RunConfig):
+    """Run the train flow; return (summary, flow run id)."""
+    from flows.train import train
+
+    state = train(cfg, return_state=True)
+    return state.result(), state.state_details.flow_run_id
+
+
+@pytest.fixture(scope="module")
+def trained(prefect_api, s3_server, tiny_model_path, vllm_server):
+    """One 3-step run on S3, shared by the tests that look at what it left."""
+    import boto3
+
+    old_key = os.environ.get("ART_INFERENCE_API_KEY")
+    os.environ["ART_INFERENCE_API_KEY"] = vllm_server.api_key or ""
+    bucket = f"art-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    cfg = run_config(tiny_model_path, f"s3://{bucket}/runs", vllm_server.base_url)
+    summary, run_id = run_flow(cfg)
+    yield cfg, summary, run_id, s3_objects(cfg.storage_url)
+    if old_key is None:
+        os.environ.pop("ART_INFERENCE_API_KEY", None)
+    else:
+        os.environ["ART_INFERENCE_API_KEY"] = old_key
+
+
+def test_three_steps_write_checkpoints_trajectories_and_metrics_to_s3(trained):
+    cfg, summary, run_id, objects = trained
+    model = f"{cfg.storage_url.removeprefix('s3://')}/pipe/models/agent"
+    for step in (1, 2, 3):
+        assert f"{model}/checkpoints/{step:04d}/COMPLETE" in objects
+        assert f"{model}/checkpoints/{step:04d}/adapter_model.safetensors" in objects
+    for step in (0, 1, 2):
+        assert f"{model}/trajectories/train/{step:04d}.jsonl" in objects
+    assert summary.trained_steps == [1, 2, 3]
+    train_records = [r for r in history(cfg.storage_url, cfg) if "train/reward" in r]
+    assert [r["step"] for r in train_records] == [1, 2, 3]
+    assert all(0.0 <= r["train/reward"] <= 1.0 for r in train_records)
+    assert f"{model}/eval/0003.json" in objects and f"{model}/reports/reward_curve.png" in objects
+    assert any(k.startswith(f"{cfg.storage_url.removeprefix('s3://')}/.prefect/results/") for k in objects)
+    states = task_states(run_id)
+    assert states["gather step 0"] == "Completed" and states["train step 2"] == "Completed"
+
+
+def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained, vllm_server):
+    cfg, first, _, objects_before = trained
+    requests_before = _vllm_requests(vllm_server)
+    t0 = time.perf_counter()
+    summary, run_id = run_flow(cfg)
+    elapsed = time.perf_counter() - t0
+    assert summary.trained_steps == [], "a step was trained again"
+    assert summary.rewards == first.rewards
+    states = task_states(run_id)
+    for step in range(3):
+        assert states[f"gather step {step}"] == "Cached"
+        assert states[f"score step {step}"] == "Cached"
+    assert states["evaluate step 3 on val"] == "Cached"
+    assert _vllm_requests(vllm_server) == requests_before, "the re-run sent requests to the model"
+    after = s3_objects(cfg.storage_url)
+    rewritten = [k for k, etag in objects_before.items() if "/checkpoints/" in k or "/trajectories/" in k
+                 if after.get(k) != etag]  # fmt: skip
+    assert rewritten == []
+    assert elapsed < 60
+
+
+def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s3_root, tiny_model_path, vllm_endpoint):
+    cfg = run_config(tiny_model_path, s3_root, vllm_endpoint.base_url, name="killed")
+    run_name = f"kill-{uuid.uuid4().hex[:8]}"
+    script = (
+        "import json, sys\n"
+        "from flows.config import RunConfig\nfrom flows.train import train\n"
+        f"train.with_options(flow_run_name={run_name!r})(RunConfig.model_validate_json(sys.argv[1]))\n"
+    )
+    env = dict(os.environ, PREFECT_API_URL=prefect_api, ART_INFERENCE_API_KEY=vllm_endpoint.api_key or "")
+    proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        _wait_for_task(run_name, "gather step 1", proc, timeout=300)
+        os.kill(proc.pid, signal.SIGKILL)  # during step 2: its rollouts are done, scoring/training under way
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    from art_core.storage import Storage
+
+    storage = Storage(cfg.storage_url)
+    done_before = storage.checkpoint_steps(cfg.project, cfg.model)
+    assert 1 in done_before and 3 not in done_before
+    before = s3_objects(cfg.storage_url)
+    summary, run_id = run_flow(cfg)
+
+    states = task_states(run_id)
+    assert states["gather step 0"] == "Cached" and states["gather step 1"] == "Cached", states
+    assert storage.checkpoint_steps(cfg.project, cfg.model) == [1, 2, 3]
+    assert sorted(summary.trained_steps) == [s for s in (1, 2, 3) if s not in done_before]
+    steps_trained = [r["step"] for r in history(cfg.storage_url, cfg) if "train/reward" in r]
+    assert sorted(steps_trained) == [1, 2, 3], f"each step trained exactly once, got {steps_trained}"
+    after = s3_objects(cfg.storage_url)
+    kept = [k for k in before if "/trajectories/" in k or any(f"/checkpoints/{s:04d}/" in k for s in done_before)]
+    assert kept and all(after.get(k) == before[k] for k in kept), "work finished before the kill was redone"
+
+
+def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(prefect_api, tmp_path, tiny_model_path,
+                                                                             vllm_endpoint, monkeypatch):  # fmt: skip
+    from tasks import JudgeError
+
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
+    judge = {"model": "hosted_vllm/judge", "api_base": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5}
+    cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_endpoint.base_url, name="judged", judge=judge, steps=1,
+                     eval_every=0)  # fmt: skip
+    with pytest.raises(JudgeError) as e:
+        run_flow(cfg)
+    message = str(e.value)
+    assert "judge" in message and "127.0.0.1:9" in message and "kept at" in message
+    kept = tmp_path / "art" / "pipe" / "models" / "judged" / "trajectories" / "train" / "0000.jsonl"
+    assert kept.exists() and str(kept) in message
+    assert len([line for line in kept.read_text().splitlines() if line.strip()]) == cfg.groups_per_step
+    assert not (kept.parent.parent.parent / "checkpoints").exists(), "nothing may be trained on unscored groups"
+
+
+def _vllm_requests(server) -> float:
+    """Chat requests the vLLM server has finished so far (its Prometheus counter)."""
+    import httpx
+
+    text = httpx.get(f"{server.root_url}/metrics", headers=server.headers(), timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total"))  # fmt: skip
+
+
+def _wait_for_task(flow_run_name: str, task_name: str, proc: subprocess.Popen, timeout: float) -> None:
+    """Poll the Prefect API until the named task of the named flow run is Completed (its result persisted)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, TaskRunFilter, TaskRunFilterName
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"the flow process exited (code {proc.returncode}) before {task_name} finished")
+            runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[flow_run_name])),
+                task_run_filter=TaskRunFilter(name=TaskRunFilterName(any_=[task_name])),
+            )
+            if runs and runs[0].state is not None and runs[0].state.is_completed():
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"{task_name} of {flow_run_name} did not complete within {timeout} s")
+
+
+def test_evaluate_flow_compares_steps_with_the_base_model(trained):
+    from flows.config import EvaluateConfig
+    from flows.evaluate import evaluate_flow
+
+    cfg, _, _, _ = trained
+    reports = evaluate_flow(EvaluateConfig(run=cfg, steps=[3], baseline_step=0))
+    assert [r.step for r in reports] == [0, 3]
+    for r in reports:
+        assert r.split == "val" and r.scenarios == 2 and r.trials == 2
+        assert set(r.pass_k) == {1, 2} and 0.0 <= r.pass_k[2] <= r.pass_k[1] <= 1.0
+    assert reports[1].reward == pytest.approx(trained[1].evaluations[3])  # step 3 came from the train run's cache
+    from art_core.storage import Storage
+
+    md = Storage(cfg.storage_url).read_text(f"{cfg.storage_url}/pipe/models/agent/reports/eval-compare.md")
+    assert "(baseline)" in md and "pass^2" in md and "agent@3" in md
+
+
+def test_deploy_flow_exports_adapter_with_model_card(trained):
+    from flows.config import DeployConfig
+    from flows.deploy import deploy_flow
+
+    cfg, _, _, _ = trained
+    summary = deploy_flow(DeployConfig(run=cfg, step=3))
+    files = {k.rsplit("/", 1)[-1] for k in s3_objects(summary.export_uri)}
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "export.json", "COMPLETE"} <= files
+    assert not any(f.startswith("optimizer") for f in files), "trainer state must not ship with the adapter"
+    from art_core.storage import Storage
+
+    card = Storage(cfg.storage_url).read_text(f"{summary.export_uri}/README.md")
+    assert "agent (step 3)" in card and "train/reward" in card and "--lora-modules agent=" in card
+    assert "--step 3" in summary.serve_command
+
+
+def test_retrain_keeps_the_promoted_step_when_the_new_one_is_not_better(trained):
+    from art_core.deploy import read_promoted
+    from art_core.storage import Storage
+    from flows.config import RetrainConfig
+    from flows.retrain import retrain
+
+    cfg, _, _, _ = trained
+    storage = Storage(cfg.storage_url)
+    # No reward can beat another by more than 1.0 (rewards are in [0, 1]): the old step must stay.
+    summary = retrain(RetrainConfig(run=cfg, extra_steps=1, min_improvement=1.0))
+    assert summary.new_step == 4 and storage.checkpoint_steps(cfg.project, cfg.model) == [1, 2, 3, 4]
+    assert not summary.promoted and summary.promoted_step == 3
+    assert summary.message.startswith("kept step 3")
+    assert read_promoted(storage, cfg.project, cfg.model)["step"] == 3
+    new_records = [r for r in history(cfg.storage_url, cfg) if r["step"] == 4 and "train/reward" in r]
+    assert len(new_records) == 1
