@@ -73,7 +73,11 @@ def reward_curve_png(rows: list[dict[str, Any]], title: str = "reward per step")
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
         if pts:
             ax.plot(*zip(*pts), style, label=key)
-    ax.set_xlabel("step")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # train/reward at step N is the reward of the rollouts step N was trained on (sampled from step N - 1).
+    ax.set_xlabel("step (checkpoint)")
     ax.set_ylabel("reward")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -29,6 +29,7 @@ class TrainSummary(BaseModel):
     checkpoints: dict[int, str]
     trained_steps: list[int]
     evaluations: dict[int, float]
+    step_seconds: dict[int, float] = {}
     report_paths: dict[str, str]
 
 
@@ -80,6 +81,7 @@ def train(config: RunConfig) -> TrainSummary:
         t2 = time.perf_counter()
         trained = train_step(ref, scored.uri, step, config.train.model_dump(mode="json"))
         t3 = time.perf_counter()
+        summary.step_seconds[step + 1] = t3 - t0
         summary.rewards[step + 1] = scored.summary["reward"]
         summary.checkpoints[trained.step] = trained.checkpoint_uri
         if trained.trained:
