@@ -30,6 +30,8 @@ class TrainSummary(BaseModel):
     trained_steps: list[int]
     evaluations: dict[int, float]
     step_seconds: dict[int, float] = {}
+    # Seconds spent inside each task's body (the art_core calls); a cached task reports its original run's.
+    phase_seconds: dict[int, dict[str, float]] = {}
     report_paths: dict[str, str]
 
 
@@ -82,6 +84,7 @@ def train(config: RunConfig) -> TrainSummary:
         trained = train_step(ref, scored.uri, step, config.train.model_dump(mode="json"))
         t3 = time.perf_counter()
         summary.step_seconds[step + 1] = t3 - t0
+        summary.phase_seconds[step + 1] = {"gather": gathered.seconds, "score": scored.seconds, "train": trained.seconds}
         summary.rewards[step + 1] = scored.summary["reward"]
         summary.checkpoints[trained.step] = trained.checkpoint_uri
         if trained.trained:

@@ -52,11 +52,14 @@ async def _ruler_all(groups, judge: JudgeConfig, storage_url: str):
     from art_core.rewards.ruler import ruler_score_group
     from art_core.settings import get_settings
 
-    params: dict = {"api_base": judge.api_base} if judge.api_base else {}
+    params: dict = dict(judge.litellm_params)
+    if judge.api_base:
+        params["api_base"] = judge.api_base
     key = get_settings().judge_api_key  # read here, never a parameter: Prefect stores parameters
     if key is not None:
         params["api_key"] = key.get_secret_value()
-    options = {"timeout_s": judge.timeout_s, "max_retries": judge.max_retries, "cache_root": storage_url}
+    options = judge.model_dump(include={"timeout_s", "max_retries", "combine", "ruler_weight", "explanation_max_chars"})
+    options["cache_root"] = storage_url
     return await asyncio.gather(
         *(ruler_score_group(g, judge.model, extra_litellm_params=params, rubric=judge.rubric, **options) for g in groups)
     )

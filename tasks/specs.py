@@ -9,9 +9,9 @@ their result: raising `steps` or the learning rate must not re-run step 0's roll
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from art_core.storage import Storage
 
@@ -63,8 +63,23 @@ class JudgeConfig(BaseModel):
     model: str = Field(description="litellm model name of the judge, e.g. openai/o4-mini or hosted_vllm/judge.")
     api_base: str | None = Field(None, description="OpenAI-compatible base URL of the judge; None for the provider's.")
     rubric: str | None = Field(None, description="Replaces RULER's default rubric when set.")
+    combine: Literal["ruler", "weighted"] = Field("ruler", description="'ruler': reward = judge score; 'weighted': "
+                                                  "mixed with the environment's reward by ruler_weight.")  # fmt: skip
+    ruler_weight: float = Field(0.5, ge=0, le=1, description="With combine='weighted', the judge score's weight.")
     timeout_s: float = Field(60.0, gt=0, description="Seconds to wait for one judge reply.")
     max_retries: int = Field(3, ge=0, description="Retries of a failed judge call (with backoff) before the step fails.")
+    explanation_max_chars: int | None = Field(None, ge=1, description="Cap on each explanation (small self-hosted judges).")
+    litellm_params: dict[str, Any] = Field(default_factory=dict, description="More litellm arguments, e.g. temperature, "
+                                           "max_tokens. Keys go in ART_JUDGE_API_KEY, not here.")  # fmt: skip
+
+    @field_validator("litellm_params")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, Any]) -> dict[str, Any]:
+        secret = [k for k in v if "key" in k.lower() or "secret" in k.lower() or k.lower() in ("token", "password")]
+        if secret:
+            raise ValueError(f"{secret} look like secrets: set ART_JUDGE_API_KEY in the worker's environment instead "
+                             "(flow parameters are stored by Prefect)")  # fmt: skip
+        return v
 
 
 class GatherResult(BaseModel):

@@ -28,6 +28,7 @@ def _base(tiny_model_path, tmp_path, **update):
         ({"train": {"learning_rate": -1}}, "train.learning_rate", "greater than 0"),
         ({"storage_url": "ftp://host/x"}, "storage_url", "unsupported scheme"),
         ({"judge": {"model": "openai/o4-mini", "api_key": "sk-secret"}}, "judge.api_key", "Extra inputs"),
+        ({"judge": {"model": "m", "litellm_params": {"api_key": "sk-1"}}}, "judge.litellm_params", "secrets"),
         ({"group_sise": 8}, "group_sise", "Extra inputs"),
         ({"inference_url": "127.0.0.1:8000"}, "inference_url", "http://"),
     ],

@@ -181,6 +181,27 @@ def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(pr
     assert not (kept.parent.parent.parent / "checkpoints").exists(), "nothing may be trained on unscored groups"
 
 
+def test_ruler_judge_rescores_the_groups_the_step_trains_on(prefect_api, tmp_path, tiny_model_path, vllm_endpoint,
+                                                            monkeypatch):  # fmt: skip
+    """The session's vLLM server judges (a random model under RULER's JSON schema, so scores are valid)."""
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
+    monkeypatch.setenv("ART_JUDGE_API_KEY", vllm_endpoint.api_key or "")
+    judge = {"model": f"openai/{vllm_endpoint.model}", "api_base": vllm_endpoint.base_url, "max_retries": 4,
+             "explanation_max_chars": 40, "litellm_params": {"temperature": 1.0, "max_tokens": 2000}}  # fmt: skip
+    cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_endpoint.base_url, name="ruled", judge=judge, steps=1,
+                     eval_every=0)  # fmt: skip
+    summary, _ = run_flow(cfg)
+    from art_core.storage import Storage
+
+    storage = Storage(cfg.storage_url)
+    scored = storage.read_groups(storage.trajectories_path("pipe", "ruled", "train", 0).replace(".jsonl", ".scored.jsonl"))
+    rewards = [t.reward for g in scored for t in g.trajectories]
+    assert len(rewards) == cfg.groups_per_step * cfg.group_size
+    assert all(t.metrics["ruler_score"] == t.reward and "independent_reward" in t.metrics for g in scored for t in g)
+    assert summary.rewards[1] == pytest.approx(sum(rewards) / len(rewards))
+    assert summary.trained_steps == [1]
+
+
 def _vllm_requests(server) -> float:
     """Chat requests the vLLM server has finished so far (its Prometheus counter)."""
     import httpx
