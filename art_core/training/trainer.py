@@ -1,0 +1,304 @@
+"""The GRPO train step: trajectory groups in, a trained LoRA checkpoint out. Synchronous and heavy.
+
+    result = train_step(base_model="/models/tiny", groups=groups, config=TrainConfig(learning_rate=2e-3),
+                        storage=Storage("./.art"), project="demo", name="agent", step=0)
+    result.step, result.checkpoint_path    # 1, './.art/demo/models/agent/checkpoints/0001'
+
+One step, as a reader would follow it:
+ 1. restore the adapter and optimizer of checkpoint `step` (kept in memory between steps of one run;
+    a fresh LoRA at step 0),
+ 2. tokenize every trajectory (tokenize.py), drop bad ones with a warning naming them,
+ 3. group-relative advantages (advantages.py); groups without signal are skipped and counted,
+ 4. per mini-batch: aggregation weights, pack into rows (packing.py), forward + loss (losses.py) +
+    backward per row (gradient accumulation), clip the gradient norm, one AdamW step,
+ 5. save checkpoint `step + 1` (checkpoints.py) and return its metrics.
+
+Errors vs warnings. A problem with one trajectory or group (an empty group, a trajectory without a
+sampled Choice or without logprobs, a NaN reward, a sequence longer than max_seq_len) is a
+`TrainingDataWarning` naming the group and trajectory and what to do; that input is dropped and the
+rest of the step trains (`warnings.simplefilter("error", TrainingDataWarning)` makes them fatal).
+A problem that would make every trajectory wrong is an exception: a chat template that is not
+prefix-preserving, a missing checkpoint to resume from, an unknown loss, or a step in which *no*
+trajectory could be tokenized. A step with nothing to learn from (all groups without signal) still
+writes checkpoint step + 1, unchanged, and says why in metrics["nothing_trained_reason"].
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from art_core.backend import TrainResult
+from art_core.storage import Storage
+from art_core.training.advantages import step_advantages
+from art_core.training.checkpoints import load_checkpoint, save_checkpoint
+from art_core.training.config import TrainConfig
+from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss
+from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_trajectory
+from art_core.trajectories import TrajectoryGroup
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDataWarning(UserWarning):
+    """One trajectory or group was dropped from a step; the message names it and says what to do."""
+
+
+@dataclass
+class _Loaded:
+    """A base model with its LoRA adapter and optimizer, kept between steps of one process."""
+
+    model: Any  # peft.PeftModel
+    tokenizer: Any
+    optimizer: Any  # torch.optim.AdamW over the LoRA parameters
+    device: Any
+    lora_key: tuple
+    initial_adapter: dict[str, Any]  # the seeded fresh LoRA, restored when a new run starts at step 0
+    owner: tuple | None = None  # (storage root, project, name, step) whose state is in memory now
+
+
+_CACHE: dict[str, _Loaded] = {}
+_LOCK = threading.Lock()  # one step at a time per process: the cached model is shared
+
+
+def clear_model_cache() -> None:
+    """Forget loaded models, so the next step reloads from storage (tests, or to free memory)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def _warn(message: str) -> None:
+    log.warning(message)
+    warnings.warn(message, TrainingDataWarning, stacklevel=3)
+
+
+def _load(base_model: str, config: TrainConfig) -> _Loaded:
+    """The cached model for `base_model`, loaded (and wrapped with a seeded LoRA) on first use."""
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lora_key = (config.lora_rank, config.lora_alpha, config.lora_dropout, tuple(config.lora_target_modules), config.seed, config.dtype)
+    cached = _CACHE.get(base_model)
+    if cached is not None and cached.lora_key == lora_key:
+        return cached
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+        config.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype).to(device)
+    lora = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_target_modules),
+        task_type="CAUSAL_LM",
+    )
+    torch.manual_seed(config.seed)  # the LoRA A matrices are random: same seed, same adapter
+    model = get_peft_model(model, lora)
+    model.train()
+    initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    loaded = _Loaded(model, tokenizer, optimizer, device, lora_key, initial)
+    _CACHE[base_model] = loaded
+    return loaded
+
+
+def _restore(state: _Loaded, storage: Storage, project: str, name: str, step: int, config: TrainConfig) -> None:
+    """Put the adapter and optimizer of checkpoint `step` in memory (nothing to do if they are there)."""
+    import torch
+    from peft import set_peft_model_state_dict
+
+    owner = (storage.root, project, name, step)
+    if state.owner == owner:
+        return
+    params = [p for p in state.model.parameters() if p.requires_grad]
+    state.optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    if step == 0:
+        set_peft_model_state_dict(state.model, state.initial_adapter)
+    else:
+        load_checkpoint(storage, project, name, step, state.model, state.optimizer)
+    state.owner = owner
+
+
+def _set_hyperparameters(optimizer: Any, config: TrainConfig) -> None:
+    # Written every step (as ART does) so a run can change them between steps without losing Adam state.
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate
+        group["betas"] = (config.adam_beta1, config.adam_beta2)
+        group["eps"] = config.adam_epsilon
+        group["weight_decay"] = config.weight_decay
+
+
+def prepare_sequences(
+    groups: list[TrajectoryGroup], tokenizer: Any, config: TrainConfig, max_seq_len: int
+) -> tuple[list[TokenizedTrajectory], dict[str, Any]]:
+    """Tokenize, drop bad input with a warning, attach advantages; returns (trainable sequences, counts)."""
+    kept: list[list[TokenizedTrajectory]] = []
+    dropped, problems = 0, []
+    for gi, group in enumerate(groups):
+        seqs = []
+        if len(group) == 0:
+            _warn(
+                f"group {gi} is empty ({len(group.exceptions)} rollouts raised): it is skipped. Look at the "
+                "group's exceptions; gather with a max_exceptions that drops such groups before training."
+            )
+        for ti, traj in enumerate(group.trajectories):
+            if not math.isfinite(traj.reward):
+                _warn(
+                    f"group {gi}, trajectory {ti}: reward is {traj.reward}: it is dropped from this step. Make the "
+                    "reward function return a finite number (a failed judge call should raise, not score NaN)."
+                )
+                dropped += 1
+                continue
+            try:
+                seqs.append(tokenize_trajectory(traj, tokenizer, group_index=gi, trajectory_index=ti, max_seq_len=max_seq_len))
+            except TrajectoryError as exc:
+                _warn(f"{exc} This trajectory is dropped from the step.")
+                problems.append(str(exc))
+                dropped += 1
+        kept.append(seqs)
+    attempted = sum(len(g) for g in groups)
+    if attempted and dropped == attempted and problems:
+        raise ValueError(f"no trajectory of this step could be tokenized ({dropped} dropped); the first: {problems[0]}")
+
+    adv = step_advantages(
+        [[s.reward for s in seqs] for seqs in kept],
+        scale_by_std=config.scale_rewards,
+        std_epsilon=config.std_epsilon,
+        tolerance=config.reward_tolerance,
+    )
+    out = []
+    for seqs, advantages in zip(kept, adv.per_group):
+        if advantages is None:
+            continue
+        for s, a in zip(seqs, advantages):
+            if config.drop_zero_advantage and abs(a) <= 1e-12:
+                continue
+            s.advantage = a
+            out.append(s)
+    rewards = [t.reward for g in groups for t in g.trajectories if math.isfinite(t.reward)]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    counts = {
+        "reward": mean,
+        "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0,
+        "trajectories": attempted,
+        "dropped_trajectories": dropped,
+        "skipped_groups": adv.skipped_groups,
+        "skipped_reasons": adv.skipped_reasons,
+    }
+    return out, counts
+
+
+def train_step(
+    *,
+    base_model: str,
+    groups: list[TrajectoryGroup],
+    config: TrainConfig,
+    storage: Storage,
+    project: str,
+    name: str,
+    step: int,
+) -> TrainResult:
+    """Train one GRPO step from checkpoint `step` and save checkpoint `step + 1` (see the module docstring)."""
+    with _LOCK:
+        try:
+            return _train_step(base_model, groups, config, storage, project, name, step)
+        except BaseException:
+            # The adapter may be half-updated: make the next step reload from storage.
+            if base_model in _CACHE:
+                _CACHE[base_model].owner = None
+            raise
+
+
+def _train_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
+    import torch
+
+    from art_core.training.packing import pack_sequences, row_logprobs
+
+    started = time.time()
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    state = _load(base_model, config)
+    _restore(state, storage, project, name, step, config)
+    model, optimizer, device = state.model, state.optimizer, state.device
+    _set_hyperparameters(optimizer, config)
+    max_len = config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    seqs, counts = prepare_sequences(groups, state.tokenizer, config, max_len)
+    skipped_reasons = counts.pop("skipped_reasons")
+
+    metrics: dict[str, Any] = {**counts, "loss": 0.0, "clip_fraction": 0.0, "kl_to_sampler": 0.0, "entropy": 0.0,
+                               "grad_norm": 0.0, "trainable_tokens": 0, "tokens": 0, "trained_trajectories": len(seqs),
+                               "learning_rate": config.learning_rate}
+    if config.beta > 0:
+        metrics["kl"] = 0.0
+    if not seqs:
+        why = "; ".join(skipped_reasons) or "no trajectories were given"
+        metrics["nothing_trained_reason"] = f"no group had a reward signal ({why})"
+        log.warning("step %d of %s/%s trains nothing: %s", step, project, name, metrics["nothing_trained_reason"])
+    else:
+        rng = random.Random(config.seed * 100003 + step)
+        order = list(range(len(seqs)))
+        rng.shuffle(order)
+        n_batches = min(config.num_optimizer_steps, len(seqs))
+        batches = [[seqs[i] for i in order[b::n_batches]] for b in range(n_batches)]
+        total = LossStats()
+        entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
+        params = [p for p in model.parameters() if p.requires_grad]
+        for batch in batches:
+            weights = AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch])
+            rows = pack_sequences(batch, weights, config.tokens_per_row, device)
+            optimizer.zero_grad(set_to_none=True)
+            batch_loss = 0.0
+            for row in rows:
+                ref = None
+                if config.beta > 0:
+                    with torch.no_grad(), model.disable_adapter():
+                        ref, _ = row_logprobs(model, row)
+                new, entropy = row_logprobs(model, row, with_entropy=config.experimental_compute_entropy)
+                loss, stats = grpo_loss(
+                    config.loss, new, row.old_logprobs, row.advantages, row.weights,
+                    epsilon=config.epsilon, epsilon_high=config.clip_high, beta=config.beta, ref_logprobs=ref,
+                )
+                loss.backward()  # rows accumulate: the weights already normalise over the whole mini-batch
+                batch_loss += stats.loss
+                total.add(stats)
+                kl_ref_sum += stats.kl
+                with torch.no_grad():
+                    d = row.old_logprobs - new.detach()
+                    metrics["kl_to_sampler"] += float((d.exp() - d - 1).sum())
+                if entropy is not None:
+                    entropy_sum += float(entropy.sum())
+                metrics["tokens"] += row.num_tokens
+            norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
+            grad_norms.append(float(norm))
+            optimizer.step()
+            losses.append(batch_loss)
+        n = max(total.tokens, 1)
+        metrics.update(
+            loss=sum(losses) / len(losses),
+            clip_fraction=total.clipped / n,
+            kl_to_sampler=metrics["kl_to_sampler"] / n,
+            entropy=entropy_sum / n,
+            grad_norm=sum(grad_norms) / len(grad_norms),
+            trainable_tokens=total.tokens,
+            ratio_mean=total.ratio / n,
+        )
+        if config.beta > 0:
+            metrics["kl"] = kl_ref_sum / n
+    metrics["seconds"] = time.time() - started
+    path = save_checkpoint(
+        storage, project, name, step + 1, model, optimizer,
+        {"step": step + 1, "base_model": base_model, "config": config.model_dump(), "metrics": metrics},
+    )
+    state.owner = (storage.root, project, name, step + 1)
+    metrics["seconds"] = time.time() - started  # including the checkpoint write
+    return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
