@@ -1,0 +1,132 @@
+"""train_step end to end on the tiny model: checkpoints, bad input, empty steps, exact resume, pruning."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from art_core.storage import Storage
+from art_core.trajectories import Trajectory, TrajectoryGroup
+from art_core.training.checkpoints import prune_checkpoints
+from art_core.training.config import TrainConfig
+from art_core.training.trainer import TrainingDataWarning, clear_model_cache, train_step
+from rollouts_hf import make_choice
+
+CFG = TrainConfig(learning_rate=1e-2)
+
+
+def _groups(seed: int, n_groups: int = 2, size: int = 4, length: int = 12) -> list[TrajectoryGroup]:
+    rng = random.Random(seed)
+    groups = []
+    for g in range(n_groups):
+        trajs = []
+        for _ in range(size):
+            ids = [rng.randrange(10, 4000) for _ in range(length)]
+            choice = make_choice(ids, [-8.3] * length, "x", finish_reason="length")
+            trajs.append(Trajectory(messages_and_choices=[{"role": "user", "content": f"prompt {g}"}, choice],
+                                    reward=rng.random()))
+        groups.append(TrajectoryGroup(trajs))
+    return groups
+
+
+def _adapter(store: Storage, name: str, step: int) -> dict[str, torch.Tensor]:
+    return load_file(os.path.join(store.checkpoint_path("p", name, step), "adapter_model.safetensors"))
+
+
+def test_a_step_trains_the_adapter_and_writes_a_complete_checkpoint(tiny_model_path, tmp_path, fresh_trainer):
+    store = Storage(str(tmp_path))
+    result = train_step(base_model=tiny_model_path, groups=_groups(0), config=CFG, storage=store,
+                        project="p", name="m", step=0)
+    assert result.step == 1 and result.checkpoint_path == store.checkpoint_path("p", "m", 1)
+    files = set(os.listdir(result.checkpoint_path))
+    assert {"adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "trainer_state.json", "COMPLETE"} <= files
+    config = json.load(open(os.path.join(result.checkpoint_path, "adapter_config.json")))
+    assert config["r"] == 8 and "q_proj" in config["target_modules"]  # vLLM --max-lora-rank 8 loads it
+    m = result.metrics
+    for key in ("loss", "reward", "reward_std", "clip_fraction", "kl_to_sampler", "entropy", "grad_norm",
+                "trainable_tokens", "skipped_groups", "seconds"):
+        assert math.isfinite(m[key]), key
+    assert m["trainable_tokens"] == 8 * 12 and m["skipped_groups"] == 0 and m["grad_norm"] > 0
+    assert 0 < m["entropy"] <= math.log(4096) + 1e-3
+    # LoRA B starts at zero; one step moves it.
+    assert any(v.abs().sum() > 0 for k, v in _adapter(store, "m", 1).items() if "lora_B" in k)
+
+
+def test_bad_input_is_named_dropped_and_the_rest_trains(tiny_model_path, tmp_path, fresh_trainer):
+    groups = _groups(1, n_groups=2, size=4)
+    groups[0].trajectories[1].reward = float("nan")
+    groups[1].trajectories[2] = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0)
+    long_ids = list(range(100, 400))
+    groups[1].trajectories[3] = Trajectory(
+        messages_and_choices=[{"role": "user", "content": "hi"}, make_choice(long_ids, [-8.3] * 300, "x")], reward=0.0)
+    groups.append(TrajectoryGroup([]))
+    with pytest.warns(TrainingDataWarning) as caught:
+        result = train_step(base_model=tiny_model_path, groups=groups, config=CFG.model_copy(update={"max_seq_len": 100}),
+                            storage=Storage(str(tmp_path)), project="p", name="m", step=0)
+    text = "\n".join(str(w.message) for w in caught)
+    assert "group 0, trajectory 1: reward is nan" in text
+    assert "group 1, trajectory 2: it has no sampled Choice" in text
+    assert "group 1, trajectory 3: it is" in text and "max_seq_len 100" in text
+    assert "group 2 is empty" in text
+    assert result.metrics["dropped_trajectories"] == 3
+    assert result.metrics["trained_trajectories"] == 5  # 3 left in group 0, 2 in group 1
+    assert result.metrics["skipped_groups"] == 1  # the empty one
+
+
+def test_a_step_with_nothing_to_learn_advances_and_says_why(tiny_model_path, tmp_path, fresh_trainer):
+    store = Storage(str(tmp_path))
+    groups = _groups(2)
+    for g in groups:
+        for t in g.trajectories:
+            t.reward = 0.5
+    train_step(base_model=tiny_model_path, groups=_groups(3), config=CFG, storage=store, project="p", name="m", step=0)
+    result = train_step(base_model=tiny_model_path, groups=groups, config=CFG, storage=store, project="p", name="m", step=1)
+    assert result.step == 2 and store.checkpoint_steps("p", "m") == [1, 2]
+    assert "no group had a reward signal" in result.metrics["nothing_trained_reason"]
+    assert result.metrics["skipped_groups"] == 2 and result.metrics["trainable_tokens"] == 0
+    before, after = _adapter(store, "m", 1), _adapter(store, "m", 2)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path, fresh_trainer):
+    store = Storage(str(tmp_path))
+    cfg = CFG.model_copy(update={"weight_decay": 0.1, "max_grad_norm": 0.5})
+    for step in range(2):  # two steps in one go, the model kept in memory between them
+        train_step(base_model=tiny_model_path, groups=_groups(10 + step), config=cfg, storage=store,
+                   project="p", name="one-go", step=step)
+    train_step(base_model=tiny_model_path, groups=_groups(10), config=cfg, storage=store, project="p", name="resumed", step=0)
+    clear_model_cache()  # as if the process had died: step 1 must come from storage
+    train_step(base_model=tiny_model_path, groups=_groups(11), config=cfg, storage=store, project="p", name="resumed", step=1)
+    a, b = _adapter(store, "one-go", 2), _adapter(store, "resumed", 2)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    opt_a = torch.load(os.path.join(store.checkpoint_path("p", "one-go", 2), "optimizer.pt"))
+    opt_b = torch.load(os.path.join(store.checkpoint_path("p", "resumed", 2), "optimizer.pt"))
+    for k, s in opt_a["state"].items():
+        assert torch.equal(s["exp_avg_sq"], opt_b["state"][k]["exp_avg_sq"])
+    # A missing checkpoint is an error that says which steps exist.
+    with pytest.raises(FileNotFoundError, match=r"no complete checkpoint for step 5.*complete steps: \[1, 2\]"):
+        train_step(base_model=tiny_model_path, groups=_groups(0), config=cfg, storage=store, project="p", name="resumed", step=5)
+
+
+def test_prune_keeps_the_latest_and_the_best(tmp_path):
+    store = Storage(str(tmp_path))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "adapter_model.safetensors").write_bytes(b"w")
+    for step in range(1, 6):
+        store.put_dir(str(src), store.checkpoint_path("p", "m", step))
+    history = store.join(store.model_path("p", "m"), "history.jsonl")
+    for step, val in [(1, 0.2), (2, 0.7), (3, 0.4), (4, None), (5, 0.1)]:
+        record = {"step": step, "reward": 0.5}
+        if val is not None:
+            record["val/reward"] = val
+        store.append_jsonl(history, record)
+    assert prune_checkpoints(store, "p", "m", best_metric="val/reward") == [1, 3, 4]
+    assert store.checkpoint_steps("p", "m") == [2, 5]
+    assert prune_checkpoints(store, "p", "m") == []
