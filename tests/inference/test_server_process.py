@@ -1,10 +1,17 @@
-"""The server's command line, safety defaults and error rewriting, checked without starting vLLM."""
+"""The server process without vLLM: command line, safety defaults, start/stop/restart by process id, errors.
+
+Lifecycle tests run a stand-in server (a few lines of http.server that answers /health and, like vLLM,
+has a child process of its own), so they take a second instead of a vLLM start.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -38,6 +45,7 @@ def test_command_has_lora_tools_and_token_ids():
     if server.device == "cpu":
         assert "--enable-sleep-mode" not in argv and "VLLM_SERVER_DEV_MODE" not in env
         assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+        assert "--no-enable-chunked-prefill --max-num-batched-tokens 32768" in argv  # seeded requests crash otherwise
         assert server.sleep() is False and server.wake_up() is False  # CPU: a no-op, not an error
 
 
@@ -61,6 +69,102 @@ def test_failed_start_raises_with_the_log_tail(tmp_path):
     assert server.proc is None and not server.is_alive()
     with pytest.raises(ServerError, match="never started"):
         server.check()
+
+
+FAKE_VLLM = """
+import http.server, subprocess, sys
+engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # like vLLM's engine core
+print("engine pid", engine.pid, flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+class _FakeServer(VLLMServer):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", FAKE_VLLM, str(self.port)]
+
+
+def _engine_pid(server: VLLMServer) -> int:
+    for _ in range(100):
+        for line in server.log_tail().splitlines():
+            if line.startswith("engine pid"):
+                return int(line.split()[-1])
+        time.sleep(0.05)
+    raise AssertionError("the stand-in never reported its engine pid")
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # a zombie still answers kill(0); its parent (the server) is gone, so ask /proc
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_stop_ends_the_server_and_its_children(tmp_path):
+    server = _FakeServer(ServerConfig(model="/m", log_path=str(tmp_path / "s.log"))).start()
+    pid, engine = server.pid, _engine_pid(server)
+    server.check()
+    server.stop()
+    assert _gone(pid) and _gone(engine)
+    server.stop()  # a second stop is harmless
+
+
+def test_dead_server_is_reported_and_restarted_on_the_same_port(tmp_path):
+    server = _FakeServer(ServerConfig(model="/m", log_path=str(tmp_path / "s.log"))).start()
+    try:
+        url, engine = server.base_url, _engine_pid(server)
+        os.kill(server.pid, signal.SIGKILL)
+        server.proc.wait(timeout=10)
+        with pytest.raises(ServerError, match="died with exit code -9"):
+            server.check()
+        assert server.ensure_running() is True
+        assert server.base_url == url and server.restarts == 1 and _gone(engine)  # the orphan was reaped too
+        server.check()
+        assert server.ensure_running() is False
+    finally:
+        server.stop()
+
+
+def test_sigterm_to_our_process_stops_the_server(tmp_path):
+    """A worker stopped with SIGTERM (Prefect, docker, a timeout) must not leave its server running."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from art_core.inference.server import ServerConfig, VLLMServer\n"
+        "class Fake(VLLMServer):\n"
+        "    def command(self):\n"
+        f"        return [sys.executable, '-c', {FAKE_VLLM!r}, str(self.port)]\n"
+        f"s = Fake(ServerConfig(model='/m', log_path={str(tmp_path / 's.log')!r})).start()\n"
+        "print(s.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    child = int(parent.stdout.readline())
+    try:
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) != 0
+        assert _gone(child)
+    finally:
+        try:
+            os.killpg(child, signal.SIGKILL)  # only if the test failed: leave no server behind
+        except ProcessLookupError:
+            pass
 
 
 def test_unknown_model_error_is_rewritten_with_served_names():
