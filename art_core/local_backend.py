@@ -102,23 +102,28 @@ class LocalBackend(Backend):
 
     def _adapter_manager(self, server: VLLMServer) -> AdapterManager:
         if id(server) not in self._adapters:
-            self._adapters[id(server)] = AdapterManager(server.root_url, server.headers(), keep_steps=self.keep_steps)
+            manager = AdapterManager(server.root_url, server.headers(), keep_steps=self.keep_steps)
+            manager.server_restarts = server.restarts  # a later restart means its adapters are gone
+            self._adapters[id(server)] = manager
         return self._adapters[id(server)]
 
     async def ensure_serving(self) -> list[str]:
         """Restart any server that died (same port and key) and load its adapters again.
 
-        Returns the base URLs that were restarted; the death is logged with the tail of the server's log.
+        Also reloads adapters into a server someone else restarted (e.g. a shared test server). Returns the
+        base URLs whose adapters were reloaded; a death is logged with the tail of the server's log.
         """
-        restarted = []
+        reloaded = []
         for server in self._servers:
-            if server.is_alive():
-                continue
-            log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
-            await asyncio.to_thread(server.ensure_running)
-            await self._adapter_manager(server).reload_all()
-            restarted.append(server.base_url)
-        return restarted
+            if not server.is_alive():
+                log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
+                await asyncio.to_thread(server.ensure_running)
+            manager = self._adapter_manager(server)
+            if manager.server_restarts != server.restarts:
+                await manager.reload_all()
+                manager.server_restarts = server.restarts
+                reloaded.append(server.base_url)
+        return reloaded
 
     # ---- Backend -------------------------------------------------------------------------------------
     async def register(self, model: Model) -> None:
@@ -229,6 +234,7 @@ class LocalBackend(Backend):
                     await asyncio.to_thread(server.wake_up)
             metrics = {**reward_summary(groups), **result.metrics}
             await asyncio.to_thread(record_metrics, self.storage, model.project, model.name, result.step, metrics)
+            await self.ensure_serving()  # a server that died while we trained comes back before the new step loads
             await self._serve(model, server, result.step)
         return result
 

@@ -116,6 +116,7 @@ class AdapterManager:
         self.headers = dict(headers or {})
         self.keep_steps = keep_steps
         self.loaded: dict[str, str] = {}  # served name -> adapter directory, in load order
+        self.server_restarts = 0  # the server's restart count when these were loaded (LocalBackend compares)
 
     async def _post(self, path: str, payload: dict) -> httpx.Response:
         async with httpx.AsyncClient(timeout=300.0) as client:

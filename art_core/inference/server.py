@@ -12,6 +12,11 @@ on, parses hermes/Qwen tool calls, and returns sampled tokens as `token_id:N` wi
 
 On a CUDA machine `server.sleep()` / `server.wake_up()` free the GPU for the trainer (vLLM's sleep
 mode); on CPU they do nothing.
+
+Facts of vLLM 0.32 this relies on: a forced tool call (`tool_choice` naming a function, or "required")
+pins the call's envelope, but pins its arguments to the schema only for tools marked `"strict": true`
+(OpenAI's semantics); without it a random model writes `"arguments": true`. On CPU, whole-prompt
+prefills are on by default (see `cpu_whole_prefills`).
 """
 
 from __future__ import annotations
