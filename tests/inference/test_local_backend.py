@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import os
 import signal
 
@@ -106,6 +107,22 @@ async def test_32_concurrent_tool_chats_carry_logprobs_and_token_ids(served):
         if i % 2 == 0:  # parsed from the sampled <tool_call> text by the hermes parser
             call = choice.message.tool_calls[0].function
             assert call.name == "get_order" and json.loads(call.arguments)["order_id"] in ("1234", "5678")
+
+
+async def test_structured_outputs_pass_through_an_adapter_name(served):
+    _, model = served
+    client = model.openai_client()
+
+    async def ask(**kwargs) -> str:
+        r = await client.chat.completions.create(model="agent", messages=PROMPT, max_tokens=128, temperature=1.0, **kwargs)
+        return r.choices[0].message.content
+
+    assert await ask(extra_body={"structured_outputs": {"choice": ["shipped", "pending"]}}) in ("shipped", "pending")
+    assert re.fullmatch(r"#W\d{4}", await ask(extra_body={"structured_outputs": {"regex": r"#W\d{4}"}}))
+    schema = {"type": "object", "properties": {"status": {"type": "string", "enum": ["shipped", "pending"]}},
+              "required": ["status"], "additionalProperties": False}  # fmt: skip
+    reply = await ask(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}})
+    assert json.loads(reply)["status"] in ("shipped", "pending")
 
 
 async def test_seeded_requests_with_long_prompts_do_not_kill_the_engine(served, vllm_server):
