@@ -52,6 +52,17 @@ class EnvironmentConfig(_Strict):
             raise ValueError(f"unknown environment {v!r}: use one of {', '.join(SHIPPED)} or an importable module path")
         return v
 
+    @model_validator(mode="after")
+    def _options_accepted(self) -> "EnvironmentConfig":
+        # Loading is cheap for every shipped environment; a wrong option fails here, not at the first rollout.
+        from art_core.envs import load_environment
+
+        try:
+            load_environment(self.name, **self.options)
+        except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            raise ValueError(f"environment {self.name!r} refused options {self.options}: {e}") from None
+        return self
+
 
 class SamplingConfig(_Strict):
     """How rollouts sample from the served model."""

@@ -23,6 +23,7 @@ def _base(tiny_model_path, tmp_path, **update):
         ({"group_size": 1}, "group_size", "greater than or equal to 2"),
         ({"steps": 0}, "steps", "greater than or equal to 1"),
         ({"environment": {"name": "chess-9000"}}, "environment.name", "unknown environment"),
+        ({"environment": {"name": "tic-tac-toe", "options": {"constrain_move": True}}}, "environment", "constrain_move"),
         ({"model": "../escape"}, "model", "not allowed"),
         ({"base_model": "/nonexistent/model"}, "base_model", "no config.json"),
         ({"train": {"learning_rate": -1}}, "train.learning_rate", "greater than 0"),
