@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(os.path.join(config.storage_url, ".prefect"), ignore_errors=True)
     api = os.environ.get("PREFECT_API_URL")
     print(f"Prefect: {api or 'a temporary local server (database in ~/.prefect)'}; storage: {config.storage_url}")
-    print("the first step starts a vLLM server for the tiny model (20 s or more on CPU) ...")
+    print("a vLLM server for the tiny model starts when the first rollout needs it (20 s or more on CPU) ...")
 
     from flows.train import train
     from tasks.serving import stop_servers

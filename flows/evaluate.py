@@ -17,7 +17,7 @@ from art_core.reporting import eval_markdown
 from flows.config import EvaluateConfig
 from flows.reporting import artifact_key
 from flows.train import refs
-from tasks import evaluate, result_storage_for
+from tasks import evaluate, evaluate_prompted, result_storage_for
 
 
 @flow(name="evaluate", log_prints=True)
@@ -31,17 +31,23 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     if missing:
         raise ValueError(f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
                          f"complete steps: {storage.checkpoint_steps(run.project, run.model) or 'none'}")  # fmt: skip
-    task = evaluate.with_options(result_storage=result_storage_for(run.storage_url))
+    results = result_storage_for(run.storage_url)
+    task = evaluate.with_options(result_storage=results)
     e = run.eval
 
     def one(step: int) -> EvalReport:
         return task(ref, rollout, step, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url)
 
-    baseline = one(config.baseline_step) if config.baseline_step is not None else None
-    reports = [one(s) for s in steps if s != config.baseline_step]
+    if config.baseline_model:  # a prompted model: same scenarios, same sampling, its own endpoint
+        baseline = evaluate_prompted.with_options(result_storage=results)(
+            run.storage_url, run.project, config.baseline_url or run.inference_url, config.baseline_model, rollout,
+            e.split, e.scenarios, e.trials, e.success_threshold)  # fmt: skip
+    else:
+        baseline = one(config.baseline_step) if config.baseline_step is not None else None
+    reports = [one(s) for s in steps if config.baseline_model or s != config.baseline_step]
     md = eval_markdown(reports, title=f"{run.model} on {e.split}", baseline=baseline)
     storage.write_text(ref.path("reports", "eval-compare.md"), md)
     create_markdown_artifact(key=artifact_key(run.project, run.model, "eval-compare"), markdown=md,
-                             description=f"{run.model}: steps {steps} vs baseline step {config.baseline_step}")  # fmt: skip
+                             description=f"{run.model}: steps {steps} vs baseline {baseline.model if baseline else 'none'}")  # fmt: skip
     print(md)
     return ([baseline] if baseline else []) + reports

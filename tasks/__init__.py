@@ -7,7 +7,7 @@ in the run's own storage (tasks.results); train_step is idempotent by its checkp
 """
 
 from tasks.deploy import export_adapter, serve_step
-from tasks.evaluate import evaluate
+from tasks.evaluate import evaluate, evaluate_prompted
 from tasks.gather import gather_trajectories
 from tasks.results import cached_on, result_storage_for
 from tasks.score import JudgeError, score_groups
@@ -24,6 +24,7 @@ __all__ = [
     "TrainStepResult",
     "cached_on",
     "evaluate",
+    "evaluate_prompted",
     "export_adapter",
     "gather_trajectories",
     "result_storage_for",

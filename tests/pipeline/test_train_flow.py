@@ -248,6 +248,19 @@ def test_evaluate_flow_compares_steps_with_the_base_model(trained):
     assert "(baseline)" in md and "pass^2" in md and "agent@3" in md
 
 
+def test_evaluate_flow_takes_a_prompted_model_as_baseline(trained, vllm_endpoint, monkeypatch):
+    """Any model behind an OpenAI-compatible URL; here the base model on the session server, by its name."""
+    from flows.config import EvaluateConfig
+    from flows.evaluate import evaluate_flow
+
+    cfg, _, _, _ = trained
+    monkeypatch.setenv("ART_BASELINE_API_KEY", vllm_endpoint.api_key or "")
+    reports = evaluate_flow(EvaluateConfig(run=cfg, steps=[3], baseline_model=vllm_endpoint.model))
+    assert [r.model for r in reports] == [vllm_endpoint.model, "agent@3"]
+    assert reports[0].scenarios == 2 and set(reports[0].pass_k) == {1, 2}
+    assert s3_objects(f"{cfg.storage_url}/pipe/baselines/{vllm_endpoint.model}/eval-val.json")
+
+
 def test_deploy_flow_exports_adapter_with_model_card(trained):
     from flows.config import DeployConfig
     from flows.deploy import deploy_flow
