@@ -101,6 +101,13 @@ def test_three_steps_write_checkpoints_trajectories_and_metrics_to_s3(trained):
     assert any(k.startswith(f"{cfg.storage_url.removeprefix('s3://')}/.prefect/results/") for k in objects)
     states = task_states(run_id)
     assert states["gather step 0"] == "Completed" and states["train step 2"] == "Completed"
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        artifacts = {a.key: a for a in client.read_artifacts() if a.flow_run_id == run_id}
+    assert artifacts["pipe-agent-metrics"].type == "table"
+    assert "data:image/png;base64," in artifacts["pipe-agent-reward-curve"].data
+    assert "pass^1" in artifacts["pipe-agent-eval"].data
 
 
 def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained, vllm_server):
