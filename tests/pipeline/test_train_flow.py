@@ -187,6 +187,15 @@ def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(pr
     assert len([line for line in kept.read_text().splitlines() if line.strip()]) == cfg.groups_per_step
     assert not (kept.parent.parent.parent / "checkpoints").exists(), "nothing may be trained on unscored groups"
 
+    # A judge without a key: the kept rollouts come from the cache, and the message says which key is missing.
+    for var in ("ART_JUDGE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    before = kept.stat().st_mtime_ns
+    no_key = cfg.model_copy(update={"judge": cfg.judge.model_copy(update={"model": "openai/gpt-4o-mini", "api_base": None})})
+    with pytest.raises(JudgeError, match="ART_JUDGE_API_KEY") as e:
+        run_flow(no_key)
+    assert "api_key" in str(e.value).lower() and kept.stat().st_mtime_ns == before
+
 
 def test_ruler_judge_rescores_the_groups_the_step_trains_on(prefect_api, tmp_path, tiny_model_path, vllm_endpoint,
                                                             monkeypatch):  # fmt: skip
