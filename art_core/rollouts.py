@@ -101,6 +101,23 @@ def load_adapter(endpoint: Endpoint, lora_name: str, local_path: str) -> None:
         )
 
 
+def checkpoint_fingerprint(storage: Storage, project: str, name: str, step: int) -> str:
+    """What identifies the weights a step samples from: "base" at step 0, else the adapter file's ETag (S3)
+    or size and mtime (local). A cache keyed on it misses when a checkpoint is retrained under the same name.
+
+    >>> checkpoint_fingerprint(Storage("/tmp/art"), "demo", "agent", 0)
+    'base'
+    """
+    if step == 0:
+        return "base"
+    folder = storage.checkpoint_path(project, name, step)
+    if not storage.is_complete(folder):
+        raise FileNotFoundError(f"checkpoint {folder} is missing or incomplete: train step {step} first")
+    path = storage.join(folder, "adapter_model.safetensors")
+    info = storage.fs.info(path if storage.exists(path) else storage.join(folder, "COMPLETE"))
+    return str(info.get("ETag") or f"{info.get('size')}-{info.get('mtime') or info.get('LastModified')}")
+
+
 def scenarios_for_step(env: Environment, split: str, step: int, count: int, seed: int = 0) -> list[Scenario]:
     """The `count` scenarios a step draws: a seeded shuffle walked in order, wrapping around.
 

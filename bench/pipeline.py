@@ -5,7 +5,8 @@
 
 In one process, against one vLLM server serving the tiny model and a Prefect test server:
 1. warm-up: one plain step on a throw-away model (imports, first trainer load), so neither side pays it;
-2. plain loop: N steps (run once before and once after the flow, averaged, since load drifts) of scenarios -> rollout_groups -> write_groups -> train_step -> record_metrics;
+2. plain loop: N steps of scenarios -> rollout_groups -> write_groups -> train_step -> record_metrics
+   (run once before and once after the flow and averaged, since the load drifts);
 3. the train flow with the same sizes on a fresh model name (every step a Prefect task, results persisted);
 4. the same flow again: everything from the cache and checkpoints.
 Reported: seconds per step of each (whole run / N), their ratio (target <= 1.10), Prefect's own cost per

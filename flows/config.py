@@ -162,7 +162,9 @@ class EvaluateConfig(_Strict):
 
     run: RunConfig = Field(description="The run whose model is evaluated (storage, environment, eval settings).")
     steps: list[int] = Field(default_factory=list, description="Steps to evaluate; empty means the latest.")
-    baseline_step: int | None = Field(0, ge=0, description="Step shown as the baseline (0: the untrained base model); None for none.")
+    baseline_step: int | None = Field(
+        0, ge=0, description="Step shown as the baseline (0: the untrained base model); None for none."
+    )
     baseline_model: str | None = Field(None, description="A prompted model as the baseline instead (e.g. gpt-4o-mini), "
                                        "served at baseline_url; its key comes from ART_BASELINE_API_KEY.")  # fmt: skip
     baseline_url: str | None = Field(None, description="OpenAI-compatible base URL of baseline_model; None: run.inference_url.")

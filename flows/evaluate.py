@@ -16,7 +16,7 @@ from art_core.evaluate import EvalReport
 from art_core.reporting import eval_markdown
 from flows.config import EvaluateConfig
 from flows.reporting import artifact_key
-from flows.train import refs
+from flows.train import policy_of, refs
 from tasks import evaluate, evaluate_prompted, result_storage_for
 
 
@@ -36,7 +36,8 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     e = run.eval
 
     def one(step: int) -> EvalReport:
-        return task(ref, rollout, step, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url)
+        policy = policy_of(ref, step)
+        return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url)
 
     if config.baseline_model:  # a prompted model: same scenarios, same sampling, its own endpoint
         baseline = evaluate_prompted.with_options(result_storage=results)(
@@ -48,6 +49,6 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     md = eval_markdown(reports, title=f"{run.model} on {e.split}", baseline=baseline)
     storage.write_text(ref.path("reports", "eval-compare.md"), md)
     create_markdown_artifact(key=artifact_key(run.project, run.model, "eval-compare"), markdown=md,
-                             description=f"{run.model}: steps {steps} vs baseline {baseline.model if baseline else 'none'}")  # fmt: skip
+                             description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}")  # fmt: skip
     print(md)
     return ([baseline] if baseline else []) + reports

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from art_core.deploy import decide, promote, read_promoted
 from flows.config import RetrainConfig
-from flows.train import refs, train
+from flows.train import policy_of, refs, train
 from tasks import evaluate, export_adapter, result_storage_for
 
 
@@ -43,7 +43,8 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     e = run.eval
 
     def reward_of(step: int) -> float:
-        return task(ref, rollout, step, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url).reward
+        policy = policy_of(ref, step)
+        return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url).reward
 
     old = read_promoted(storage, run.project, run.model)
     # Before any promotion the step we started from is the one to beat (step 0 is the base model).

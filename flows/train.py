@@ -14,6 +14,7 @@ import time
 from prefect import flow
 from pydantic import BaseModel
 
+from art_core.rollouts import checkpoint_fingerprint
 from flows.config import RunConfig
 from flows.reporting import publish_run_report
 from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
@@ -50,6 +51,11 @@ def refs(config: RunConfig) -> tuple[ModelRef, RolloutSpec]:
     return ref, rollout
 
 
+def policy_of(ref: ModelRef, step: int) -> str:
+    """The fingerprint of the weights step `step` samples from (art_core.rollouts.checkpoint_fingerprint)."""
+    return checkpoint_fingerprint(ref.storage(), ref.project, ref.model, step)
+
+
 def write_model_json(ref: ModelRef, config: RunConfig) -> None:
     """Record what the model is (once): base model and environment. No secrets live in the config."""
     storage = ref.storage()
@@ -75,9 +81,10 @@ def train(config: RunConfig) -> TrainSummary:
 
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
         t0 = time.perf_counter()
-        gathered = gather(ref, rollout, step, config.inference_url)
+        policy = policy_of(ref, step)  # keys the cache on the weights sampled from, not just the step number
+        gathered = gather(ref, rollout, step, policy, config.inference_url)
         if not storage.exists(gathered.uri):  # the cache outlived its file (deleted by hand): roll out again
-            gathered = gather.with_options(refresh_cache=True)(ref, rollout, step, config.inference_url)
+            gathered = gather.with_options(refresh_cache=True)(ref, rollout, step, policy, config.inference_url)
         t1 = time.perf_counter()
         scored = score(config.storage_url, gathered.uri, step, config.judge)
         t2 = time.perf_counter()
@@ -95,10 +102,11 @@ def train(config: RunConfig) -> TrainSummary:
             f"train {t3 - t2:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
         )
         if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
-            report = evaluate_step(ref, rollout, trained.step, config.eval.split, config.eval.scenarios,
-                                   config.eval.trials, config.eval.success_threshold, config.inference_url)  # fmt: skip
+            e = config.eval
+            report = evaluate_step(ref, rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
+                                   e.trials, e.success_threshold, config.inference_url)  # fmt: skip
             summary.evaluations[trained.step] = report.reward
-            print(f"  eval step {trained.step} on {config.eval.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
+            print(f"  eval step {trained.step} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
 
     summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
     return summary

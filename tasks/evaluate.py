@@ -24,9 +24,12 @@ from tasks.specs import ModelRef, RolloutSpec
 
 @task(name="evaluate", task_run_name="evaluate step {step} on {split}", cache_policy=cached_on("inference_url"),
       persist_result=True)  # fmt: skip
-def evaluate(ref: ModelRef, rollout: RolloutSpec, step: int, split: str = "val", scenarios: int = 8, trials: int = 1,
-             success_threshold: float = 1.0, inference_url: str | None = None) -> EvalReport:  # fmt: skip
-    """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`."""
+def evaluate(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, split: str = "val", scenarios: int = 8,
+             trials: int = 1, success_threshold: float = 1.0, inference_url: str | None = None) -> EvalReport:  # fmt: skip
+    """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`.
+
+    `policy` (the checkpoint's fingerprint) keys the cache on the weights, as in gather_trajectories.
+    """
     storage, env = ref.storage(), rollout.load_environment()
     endpoint = endpoint_for(ref.base_model, inference_url)
     served = served_name(endpoint, storage, ref.project, ref.model, step)

@@ -22,8 +22,14 @@ from tasks.specs import GatherResult, ModelRef, RolloutSpec
 
 @task(name="gather_trajectories", task_run_name="gather step {step}", cache_policy=cached_on("inference_url"),
       persist_result=True)  # fmt: skip
-def gather_trajectories(ref: ModelRef, rollout: RolloutSpec, step: int, inference_url: str | None = None) -> GatherResult:
-    """Roll out `groups_per_step` scenarios `group_size` times each with the model at `step`."""
+def gather_trajectories(
+    ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, inference_url: str | None = None
+) -> GatherResult:
+    """Roll out `groups_per_step` scenarios `group_size` times each with the model at `step`.
+
+    `policy` is the checkpoint's fingerprint (art_core.rollouts.checkpoint_fingerprint): it is only here
+    so that the cache key changes when the weights do.
+    """
     t0 = time.perf_counter()
     storage, env = ref.storage(), rollout.load_environment()
     endpoint = endpoint_for(ref.base_model, inference_url)

@@ -31,7 +31,8 @@ def endpoint_for(base_model: str, inference_url: str | None) -> Endpoint:
         if server is None or not server.is_alive():  # type: ignore[attr-defined]
             server = VLLMServer(ServerConfig(model=base_model, served_model_name="base")).start()
             _SERVERS[base_model] = server
-    return Endpoint(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name)  # type: ignore[attr-defined]
+    s = server  # a VLLMServer
+    return Endpoint(base_url=s.base_url, api_key=s.api_key, base_name=s.served_model_name)  # type: ignore[attr-defined]
 
 
 def served_name(endpoint: Endpoint, storage: Storage, project: str, name: str, step: int) -> str:
