@@ -131,12 +131,21 @@ class Offline:
                 conv += [{"role": "assistant", "content": out.outputs[0].text}, follow_up(t)]
         return generated, time.perf_counter() - t0
 
+    def close(self) -> None:
+        """Stop the engine's processes now: left to the garbage collector, a reference cycle can keep them
+        alive and the interpreter then waits for them forever at exit (multiprocessing joins its children)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+        del self.llm
+
 
 async def bench(model_dir: str, store: str, device: str, args: argparse.Namespace) -> dict:
     """Both engines up at once, rounds interleaved (ours, raw, ours, raw...): load from other processes on
     the machine then hits both sides alike. Each side's figure is its median round."""
     ours = Endpoint(model_dir, store)
     start_s = await ours.start()
+    raw = None
     try:
         raw = Offline(model_dir, ours.backend.local_checkpoint(ours.model, 0), device)
         shape = (args.rollouts, args.turns, args.tokens)
@@ -149,6 +158,8 @@ async def bench(model_dir: str, store: str, device: str, args: argparse.Namespac
             rounds.append({"tokens": o_tokens, "ours_s": o_s, "raw_s": r_s})
             print(f"round {r + 1}: {o_tokens} tokens, ours {o_s:.2f} s, raw vLLM {r_s:.2f} s", flush=True)
     finally:
+        if raw is not None:
+            raw.close()
         await ours.backend.close()
     return {"rounds": rounds, "server_start_s": start_s}
 
@@ -160,6 +171,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="generated tokens per assistant turn")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per side (median reported)")
     parser.add_argument("--size", default="small", choices=["tiny", "small"])
+    parser.add_argument("--out", default=None, help="results file (default bench/results/inference-<device>.txt)")
     args = parser.parse_args()
 
     from art_core.inference.server import detect_device
@@ -194,8 +206,9 @@ def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    with open(os.path.join(RESULTS_DIR, f"inference-{device}.txt"), "w") as f:
+    out = args.out or os.path.join(RESULTS_DIR, f"inference-{device}.txt")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
         f.write(text + "\n")
 
 
