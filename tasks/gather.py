@@ -2,6 +2,7 @@
 
 Cached on its inputs and source (not on the server's URL, which changes between runs): a re-run, a
 resumed run after a crash, or another machine reading the same storage skips rollouts already done.
+Rollouts a checkpoint was already trained on are reused even without a cache hit.
 
     result = gather_trajectories(ref, rollout, step=0, inference_url=None)
     result.uri      # '.../demo/models/agent-001/trajectories/train/0000.jsonl'
@@ -32,12 +33,18 @@ def gather_trajectories(
     """
     t0 = time.perf_counter()
     storage, env = ref.storage(), rollout.load_environment()
+    uri = storage.trajectories_path(ref.project, ref.model, "train", step)
+    if storage.exists(uri) and storage.is_complete(storage.checkpoint_path(ref.project, ref.model, step + 1)):
+        # The next checkpoint was trained on these rollouts: they stay the step's record even when the cache
+        # missed (new code, a new result store), and nothing is rolled out again.
+        get_run_logger().info("step %d was trained on %s already: not rolling out again", step, uri)
+        return GatherResult(step=step, uri=uri, summary=reward_summary(storage.read_groups(uri)),
+                            seconds=time.perf_counter() - t0)  # fmt: skip
     endpoint = endpoint_for(ref.base_model, inference_url)
     served = served_name(endpoint, storage, ref.project, ref.model, step)
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
     groups = run_sync(rollout_groups(env, endpoint, served, scenarios, rollout.group_size,
                                      max_exceptions=rollout.max_exceptions, sampling=rollout.sampling))  # fmt: skip
-    uri = storage.trajectories_path(ref.project, ref.model, "train", step)
     storage.write_groups(uri, groups)
     summary = reward_summary(groups)
     get_run_logger().info("step %d: %d rollouts of %s, reward %.3f -> %s",
