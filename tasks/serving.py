@@ -31,6 +31,8 @@ def endpoint_for(base_model: str, inference_url: str | None) -> Endpoint:
         if server is None or not server.is_alive():  # type: ignore[attr-defined]
             server = VLLMServer(ServerConfig(model=base_model, served_model_name="base")).start()
             _SERVERS[base_model] = server
+            _logger().info("started a vLLM server for %s at %s (pid %s, log %s); it stops when this process exits",
+                           base_model, server.base_url, server.pid, server.log_path)  # fmt: skip
     s = server  # a VLLMServer
     return Endpoint(base_url=s.base_url, api_key=s.api_key, base_name=s.served_model_name)  # type: ignore[attr-defined]
 
@@ -49,6 +51,18 @@ def served_name(endpoint: Endpoint, storage: Storage, project: str, name: str, s
     lora = f"{name}@{step}"
     load_adapter(endpoint, lora, local_checkpoint(storage, uri))
     return lora
+
+
+def _logger():
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        import logging
+
+        return logging.getLogger(__name__)
 
 
 def stop_servers() -> None:
