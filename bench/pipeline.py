@@ -33,6 +33,22 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "pipeline.txt")
 
 
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process and everything it started (vLLM server and engine, the
+    Prefect test server). Unlike wall time it barely moves with what other users run on the machine."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def plain_loop(cfg, steps: int) -> list[float]:
     """The same art_core calls as the flow's tasks, in a plain for loop; seconds per step."""
     from art_core.reporting import record_metrics
@@ -91,16 +107,20 @@ def main() -> None:
 
     try:
         plain_loop(config("warmup", 1), 1)
+        c0 = cpu_seconds()
         plain = plain_loop(config("plain-before", args.steps), args.steps)
+        plain_cpu = cpu_seconds() - c0
         with prefect_test_harness(server_startup_timeout=180):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             first = train(config("flow", args.steps))
-            flow_s = time.perf_counter() - t0
+            flow_s, flow_cpu = time.perf_counter() - t0, cpu_seconds() - c0
             t0 = time.perf_counter()
             again = train(config("flow", args.steps))
             cached_s = time.perf_counter() - t0
             assert again.trained_steps == [], "the cached re-run trained again"
+        c0 = cpu_seconds()
         plain += plain_loop(config("plain-after", args.steps), args.steps)  # before and after: load drifts
+        plain_cpu += cpu_seconds() - c0
     finally:
         server.stop()
 
@@ -126,6 +146,11 @@ def main() -> None:
         f"Prefect's own cost per step        {overhead:7.2f} s    (step wall time minus time inside the task bodies, "
         f"{body:.2f} s)",
         f"ratio flow step / same calls       {loop_per_step / body:7.2f}      (the same run, so no load drift between the two)",
+        f"CPU seconds per step, plain loop   {plain_cpu / (2 * args.steps):7.2f}      (this process, vLLM and, for the flow, "
+        "the Prefect server)",
+        f"CPU seconds per step, Prefect flow {flow_cpu / args.steps:7.2f}",
+        f"ratio of CPU seconds flow / plain  {flow_cpu / args.steps / (plain_cpu / (2 * args.steps)):7.2f}      "
+        "(less sensitive to other users' load than wall time)",
         f"cached re-run                      {cached_s:7.2f} s = {cached_s / flow_s:.1%} of the first run ({flow_s:.1f} s)",
     ]
     text = "\n".join(lines) + "\n"
