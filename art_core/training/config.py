@@ -81,11 +81,22 @@ class TrainConfig(BaseModel):
     max_seq_len: int | None = Field(
         None, ge=8, description="Longest trajectory in tokens; None means the model's max_position_embeddings."
     )
-    tokens_per_row: int = Field(
-        8192,
+    tokens_per_row: int | None = Field(
+        None,
         ge=8,
         description="Packed row length: sequences are packed into rows of at most this many tokens, one row per "
-        "forward pass, so no compute goes to padding. A sequence longer than this gets a row of its own.",
+        "forward pass, so no compute goes to padding; a longer sequence gets a row of its own. None: 4 x the "
+        "model's hidden size, at least 512. Segments are kept apart by a block-diagonal mask that SDPA computes "
+        "densely, so a row's attention costs grow with its length squared; rows this short keep that cost "
+        "below the linear layers' (measured in bench/trainer.py).",
+    )
+
+    tokens_per_forward: int | None = Field(
+        16384,
+        ge=8,
+        description="Packed rows are stacked into one forward pass while rows x the longest row stays within "
+        "this many tokens (fewer, larger matrix products); None runs one row per pass. Lower it if "
+        "activations run out of memory.",
     )
 
     # ---- precision and reproducibility ----

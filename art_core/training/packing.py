@@ -1,11 +1,13 @@
 """Packing: sequences of different lengths share rows, with no padding and no attention across them.
 
-Sequences are placed into rows of at most `tokens_per_row` tokens (first-fit decreasing), and each
-row is one forward pass of batch size 1, so no compute is spent on padding. Segments of a row do not
-see each other: position ids restart at 0 for each segment, and transformers turns restarting
-position ids into a block-diagonal causal mask when no attention mask is passed
-(`masking_utils.find_packed_sequence_indices`; with flash-attention on a GPU the same position ids
-drive varlen kernels). tests/training/test_packing.py checks that packed logprobs equal unpacked ones.
+Sequences are placed into rows of at most `tokens_per_row` tokens (first-fit decreasing); rows are
+stacked into forward passes of at most `tokens_per_forward` tokens, padded only up to the longest row
+of the pass (first-fit rows are nearly full, so little goes to padding). Segments of a row do not see
+each other: position ids restart at 0 for each segment (the padding is a segment of its own), and
+transformers turns restarting position ids into a block-diagonal causal mask when no attention mask
+is passed (`masking_utils.find_packed_sequence_indices`; with flash-attention on a GPU the same
+position ids drive varlen kernels). tests/training/test_packing.py checks that packed logprobs equal
+unpacked ones.
 
     >>> first_fit_decreasing([5, 3, 4, 2], capacity=8)
     [[0, 1], [2, 3]]
@@ -40,77 +42,109 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 
 
 @dataclass
-class PackedRow:
-    """One forward pass: several sequences laid end to end (all tensors on the training device)."""
+class PackedBatch:
+    """One forward pass: rows of sequences laid end to end (all tensors on the training device)."""
 
-    input_ids: "torch.Tensor"  # [1, L] token ids of the row
-    position_ids: "torch.Tensor"  # [1, L] restarting at 0 for each segment
-    target_index: "torch.Tensor"  # [N] positions of trained tokens; logits at target_index - 1 predict them
+    input_ids: "torch.Tensor"  # [R, L] token ids; rows shorter than L end in padding
+    position_ids: "torch.Tensor"  # [R, L] restarting at 0 for each segment (and for the padding)
+    target_row: "torch.Tensor"  # [N] row of each trained token
+    target_pos: "torch.Tensor"  # [N] its position; the hidden state at target_pos - 1 predicts it
     old_logprobs: "torch.Tensor"  # [N] the sampler's logprobs of those tokens
     advantages: "torch.Tensor"  # [N] each token carries its sequence's advantage
     weights: "torch.Tensor"  # [N] aggregation weight of each token (see losses.AGGREGATIONS)
-    sequences: list[int]  # indices of the packed sequences, in row order
+    sequences: list[int]  # indices of the packed sequences
+    real_tokens: int  # tokens that are not padding
 
     @property
     def num_tokens(self) -> int:
-        return int(self.input_ids.shape[1])
+        return self.real_tokens
 
 
 def pack_sequences(
-    seqs: "list[TokenizedTrajectory]", weights: list[float], tokens_per_row: int, device: Any = "cpu"
-) -> list[PackedRow]:
-    """Pack tokenized trajectories into rows; `weights[i]` is the per-token weight of sequence i."""
-    import torch
+    seqs: "list[TokenizedTrajectory]",
+    weights: list[float],
+    tokens_per_row: int,
+    device: Any = "cpu",
+    tokens_per_forward: int | None = None,
+    pad_id: int = 0,
+) -> list[PackedBatch]:
+    """Pack tokenized trajectories into rows and rows into forward passes; `weights[i]` weighs sequence i's tokens.
 
-    rows = []
-    for members in first_fit_decreasing([len(s) for s in seqs], tokens_per_row):
-        ids: list[int] = []
-        pos: list[int] = []
-        target: list[int] = []
-        old: list[float] = []
-        adv: list[float] = []
-        w: list[float] = []
-        for i in members:
-            s = seqs[i]
-            start = len(ids)
-            ids += s.input_ids
-            pos += list(range(len(s)))
-            for j, is_trained in enumerate(s.trainable):
-                if is_trained:
-                    target.append(start + j)
-                    old.append(s.old_logprobs[j])
-            n = s.num_trainable
-            adv += [s.advantage] * n
-            w += [weights[i]] * n
-        rows.append(
-            PackedRow(
-                input_ids=torch.tensor([ids], dtype=torch.long, device=device),
-                position_ids=torch.tensor([pos], dtype=torch.long, device=device),
-                target_index=torch.tensor(target, dtype=torch.long, device=device),
-                old_logprobs=torch.tensor(old, dtype=torch.float32, device=device),
-                advantages=torch.tensor(adv, dtype=torch.float32, device=device),
-                weights=torch.tensor(w, dtype=torch.float32, device=device),
-                sequences=list(members),
-            )
-        )
-    return rows
-
-
-def row_logprobs(
-    model: Any, row: PackedRow, *, with_entropy: bool = False
-) -> "tuple[torch.Tensor, torch.Tensor | None]":
-    """Logprobs [N] of the row's trained tokens under `model` (and their entropies [N] if asked).
-
-    Only the positions that predict a trained token go through the LM head (`logits_to_keep`), which
-    keeps memory at N x vocab instead of L x vocab.
+    `tokens_per_forward` None puts one row in each pass.
     """
     import torch
 
-    predict_at = row.target_index - 1  # [N]: the logits at p-1 predict the token at p
-    out = model(input_ids=row.input_ids, position_ids=row.position_ids, logits_to_keep=predict_at, use_cache=False)
-    logits = out.logits[0].float()  # [N, V]; float32 so log_softmax of bf16 logits stays accurate
+    rows = first_fit_decreasing([len(s) for s in seqs], tokens_per_row)
+    lengths = [sum(len(seqs[i]) for i in r) for r in rows]
+    order = sorted(range(len(rows)), key=lambda r: -lengths[r])  # similar lengths share a pass: less padding
+    passes: list[list[int]] = []
+    for r in order:
+        if passes:
+            cur = passes[-1]
+            width = max(lengths[r], max(lengths[x] for x in cur))
+            if tokens_per_forward is not None and width * (len(cur) + 1) <= tokens_per_forward:
+                cur.append(r)
+                continue
+        passes.append([r])
+
+    out = []
+    for members in passes:
+        width = max(lengths[r] for r in members)
+        ids, pos = [], []
+        t_row, t_pos, old, adv, w, seq_ids = [], [], [], [], [], []
+        for ri, r in enumerate(members):
+            row_ids: list[int] = []
+            row_pos: list[int] = []
+            for i in rows[r]:
+                s = seqs[i]
+                start = len(row_ids)
+                row_ids += s.input_ids
+                row_pos += list(range(len(s)))
+                for j, is_trained in enumerate(s.trainable):
+                    if is_trained:
+                        t_row.append(ri)
+                        t_pos.append(start + j)
+                        old.append(s.old_logprobs[j])
+                adv += [s.advantage] * s.num_trainable
+                w += [weights[i]] * s.num_trainable
+                seq_ids.append(i)
+            pad = width - len(row_ids)
+            ids.append(row_ids + [pad_id] * pad)
+            pos.append(row_pos + list(range(pad)))
+        out.append(
+            PackedBatch(
+                input_ids=torch.tensor(ids, dtype=torch.long, device=device),
+                position_ids=torch.tensor(pos, dtype=torch.long, device=device),
+                target_row=torch.tensor(t_row, dtype=torch.long, device=device),
+                target_pos=torch.tensor(t_pos, dtype=torch.long, device=device),
+                old_logprobs=torch.tensor(old, dtype=torch.float32, device=device),
+                advantages=torch.tensor(adv, dtype=torch.float32, device=device),
+                weights=torch.tensor(w, dtype=torch.float32, device=device),
+                sequences=seq_ids,
+                real_tokens=sum(lengths[r] for r in members),
+            )
+        )
+    return out
+
+
+def batch_logprobs(
+    model: Any, batch: PackedBatch, *, with_entropy: bool = False
+) -> "tuple[torch.Tensor, torch.Tensor | None]":
+    """Logprobs [N] of the batch's trained tokens under `model` (and their entropies [N] if asked).
+
+    Runs the decoder for hidden states and the LM head only on the positions that predict a trained
+    token, which keeps memory at N x vocab instead of R x L x vocab. Works on a peft model (LoRA layers
+    sit inside the decoder, and `disable_adapter()` still applies) and on a plain causal LM.
+    """
+    import torch
+
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
+    hidden = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False).last_hidden_state
+    h = hidden[batch.target_row, batch.target_pos - 1]  # [N, d]: the state before each trained token
+    logits = head(h).float()  # [N, V]; float32 so log_softmax of bf16 logits stays accurate
     logp_all = torch.log_softmax(logits, dim=-1)
-    targets = row.input_ids[0, row.target_index]  # [N]
+    targets = batch.input_ids[batch.target_row, batch.target_pos]  # [N]
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
     entropy = None
     if with_entropy:

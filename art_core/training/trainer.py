@@ -9,8 +9,8 @@ One step, as a reader would follow it:
     a fresh LoRA at step 0),
  2. tokenize every trajectory (tokenize.py), drop bad ones with a warning naming them,
  3. group-relative advantages (advantages.py); groups without signal are skipped and counted,
- 4. per mini-batch: aggregation weights, pack into rows (packing.py), forward + loss (losses.py) +
-    backward per row (gradient accumulation), clip the gradient norm, one AdamW step,
+ 4. per mini-batch: aggregation weights, pack into rows and passes (packing.py), forward + loss
+    (losses.py) + backward per pass (gradient accumulation), clip the gradient norm, one AdamW step,
  5. save checkpoint `step + 1` (checkpoints.py) and return its metrics.
 
 Errors vs warnings. A problem with one trajectory or group (an empty group, a trajectory without a
@@ -222,7 +222,7 @@ def train_step(
 def _train_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
     import torch
 
-    from art_core.training.packing import pack_sequences, row_logprobs
+    from art_core.training.packing import batch_logprobs, pack_sequences
 
     started = time.time()
     if step < 0:
@@ -233,6 +233,8 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
     _set_hyperparameters(optimizer, config)
     max_len = config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
     seqs, counts = prepare_sequences(groups, state.tokenizer, config, max_len)
+    tokens_per_row = config.tokens_per_row or max(512, 4 * int(getattr(model.config, "hidden_size", 128)))
+    pad_id = state.tokenizer.pad_token_id or 0
     skipped_reasons = counts.pop("skipped_reasons")
 
     metrics: dict[str, Any] = {**counts, "loss": 0.0, "clip_fraction": 0.0, "kl_to_sampler": 0.0, "entropy": 0.0,
@@ -255,29 +257,28 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
         params = [p for p in model.parameters() if p.requires_grad]
         for batch in batches:
             weights = AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch])
-            rows = pack_sequences(batch, weights, config.tokens_per_row, device)
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
-            for row in rows:
+            for part in pack_sequences(batch, weights, tokens_per_row, device, config.tokens_per_forward, pad_id):
                 ref = None
                 if config.beta > 0:
                     with torch.no_grad(), model.disable_adapter():
-                        ref, _ = row_logprobs(model, row)
-                new, entropy = row_logprobs(model, row, with_entropy=config.experimental_compute_entropy)
+                        ref, _ = batch_logprobs(model, part)
+                new, entropy = batch_logprobs(model, part, with_entropy=config.experimental_compute_entropy)
                 loss, stats = grpo_loss(
-                    config.loss, new, row.old_logprobs, row.advantages, row.weights,
+                    config.loss, new, part.old_logprobs, part.advantages, part.weights,
                     epsilon=config.epsilon, epsilon_high=config.clip_high, beta=config.beta, ref_logprobs=ref,
                 )
-                loss.backward()  # rows accumulate: the weights already normalise over the whole mini-batch
+                loss.backward()  # passes accumulate: the weights already normalise over the whole mini-batch
                 batch_loss += stats.loss
                 total.add(stats)
                 kl_ref_sum += stats.kl
                 with torch.no_grad():
-                    d = row.old_logprobs - new.detach()
+                    d = part.old_logprobs - new.detach()
                     metrics["kl_to_sampler"] += float((d.exp() - d - 1).sum())
                 if entropy is not None:
                     entropy_sum += float(entropy.sum())
-                metrics["tokens"] += row.num_tokens
+                metrics["tokens"] += part.num_tokens
             norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
             grad_norms.append(float(norm))
             optimizer.step()
