@@ -7,6 +7,15 @@
 
 from art_core.deploy.export import export_adapter, model_card
 from art_core.deploy.promotion import decide, promote, read_promoted
-from art_core.deploy.serve import serve_adapter
+
+
+def __getattr__(name: str):
+    # Imported on use, so `python -m art_core.deploy.serve` runs the module once (no runpy warning).
+    if name == "serve_adapter":
+        from art_core.deploy.serve import serve_adapter
+
+        return serve_adapter
+    raise AttributeError(f"module 'art_core.deploy' has no attribute {name!r}")
+
 
 __all__ = ["decide", "export_adapter", "model_card", "promote", "read_promoted", "serve_adapter"]
