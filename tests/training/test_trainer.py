@@ -130,3 +130,27 @@ def test_prune_keeps_the_latest_and_the_best(tmp_path):
     assert prune_checkpoints(store, "p", "m", best_metric="val/reward") == [1, 3, 4]
     assert store.checkpoint_steps("p", "m") == [2, 5]
     assert prune_checkpoints(store, "p", "m") == []
+
+
+def test_kl_penalty_against_the_base_model_and_several_optimizer_steps(tiny_model_path, tmp_path, fresh_trainer):
+    store = Storage(str(tmp_path))
+    one = train_step(base_model=tiny_model_path, groups=_groups(4), config=CFG.model_copy(update={"beta": 0.1}),
+                     storage=store, project="p", name="a", step=0)
+    # Step 0 starts from a zero LoRA B: the policy is the base model, so KL to it is exactly 0.
+    assert one.metrics["kl"] == 0.0
+    two = train_step(base_model=tiny_model_path, groups=_groups(4),
+                     config=CFG.model_copy(update={"beta": 0.1, "num_optimizer_steps": 2}),
+                     storage=store, project="p", name="b", step=0)
+    # The second mini-batch runs after one AdamW step: the policy has left the base model.
+    assert two.metrics["kl"] > 0 and two.metrics["kl_to_sampler"] > 0
+
+
+def test_checkpoints_live_in_s3_and_resume_from_there(tiny_model_path, s3_root, fresh_trainer):
+    store = Storage(s3_root)
+    train_step(base_model=tiny_model_path, groups=_groups(5), config=CFG, storage=store, project="p", name="m", step=0)
+    clear_model_cache()
+    result = train_step(base_model=tiny_model_path, groups=_groups(6), config=CFG, storage=store, project="p", name="m", step=1)
+    assert result.checkpoint_path == f"{s3_root}/p/models/m/checkpoints/0002"
+    assert store.checkpoint_steps("p", "m") == [1, 2]
+    assert store.exists(store.join(result.checkpoint_path, "adapter_model.safetensors"))
+    assert prune_checkpoints(store, "p", "m") == [1]  # no val/reward in history: the latest is kept
