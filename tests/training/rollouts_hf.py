@@ -60,6 +60,35 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
     return groups
 
 
-def low_id_share(ids: list[int], threshold: int = 400) -> float:
-    """The learnable reward of the tests: the share of sampled tokens whose id is below `threshold`."""
-    return sum(i < threshold for i in ids) / max(len(ids), 1)
+def sharpen(model_path: str, out: str, factor: float = 4.0) -> str:
+    """Copy a model with its final norm scaled by `factor`, so its logits span a learnable range.
+
+    The tiny model's logits span about +-1 (tied embeddings of std 0.02 behind an RMSNorm of weight 1),
+    so no LoRA can move its next-token distribution far from uniform; 4x lets the same LoRA reach it.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(factor)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(model_path).save_pretrained(out)
+    GenerationConfig.from_pretrained(model_path).save_pretrained(out)
+    return out
+
+
+def target_set(model_path: str, size: int = 400) -> set[int]:
+    """The `size` tokens whose (tied) embeddings score highest along a fixed random direction.
+
+    A set a random-weight model can learn to prefer: steering its last hidden state along that one
+    direction, which a LoRA can learn, raises all of them at once.
+    """
+    import os
+
+    import torch
+    from safetensors.torch import load_file
+
+    emb = load_file(os.path.join(model_path, "model.safetensors"))["model.embed_tokens.weight"]
+    direction = torch.randn(emb.shape[1], generator=torch.Generator().manual_seed(0))
+    return set(torch.topk(emb @ direction, size).indices.tolist())

