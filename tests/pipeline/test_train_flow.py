@@ -131,21 +131,6 @@ def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained
     assert elapsed < 60
 
 
-def test_lost_cache_still_neither_rolls_out_nor_trains_finished_steps(trained, vllm_server):
-    """A new result store (or new code, which changes the task source) misses the cache; checkpoints still rule."""
-    import s3fs
-
-    cfg, first, _, objects_before = trained
-    s3fs.S3FileSystem().rm(f"{cfg.storage_url}/.prefect/results", recursive=True)
-    requests_before = _vllm_requests(vllm_server)
-    summary, run_id = run_flow(cfg.model_copy(update={"eval_every": 0}))
-    assert summary.trained_steps == [] and summary.rewards == first.rewards
-    assert task_states(run_id)["gather step 2"] == "Completed"  # ran, but found step 3 trained on its file
-    assert _vllm_requests(vllm_server) == requests_before
-    after = s3_objects(cfg.storage_url)
-    assert all(after.get(k) == etag for k, etag in objects_before.items() if "/trajectories/train/" in k)
-
-
 def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s3_root, tiny_model_path, vllm_endpoint):
     cfg = run_config(tiny_model_path, s3_root, vllm_endpoint.base_url, name="killed")
     run_name = f"kill-{uuid.uuid4().hex[:8]}"
@@ -324,3 +309,20 @@ def test_retrain_keeps_the_promoted_step_when_the_new_one_is_not_better(trained)
     assert read_promoted(storage, cfg.project, cfg.model)["step"] == 3
     new_records = [r for r in history(cfg.storage_url, cfg) if r["step"] == 4 and "train/reward" in r]
     assert len(new_records) == 1
+
+
+def test_lost_cache_still_neither_rolls_out_nor_trains_finished_steps(trained, vllm_server):
+    """A new result store (or new code, which changes the task source) misses the cache; checkpoints still rule.
+
+    Runs after the other tests of the shared run: it deletes that run's cached results."""
+    import s3fs
+
+    cfg, first, _, objects_before = trained
+    s3fs.S3FileSystem().rm(f"{cfg.storage_url}/.prefect/results", recursive=True)
+    requests_before = _vllm_requests(vllm_server)
+    summary, run_id = run_flow(cfg.model_copy(update={"eval_every": 0}))
+    assert summary.trained_steps == [] and summary.rewards == first.rewards
+    assert task_states(run_id)["gather step 2"] == "Completed"  # ran, but found step 3 trained on its file
+    assert _vllm_requests(vllm_server) == requests_before
+    after = s3_objects(cfg.storage_url)
+    assert all(after.get(k) == etag for k, etag in objects_before.items() if "/trajectories/train/" in k)
