@@ -230,6 +230,7 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
     state = _load(base_model, config)
     _restore(state, storage, project, name, step, config)
     model, optimizer, device = state.model, state.optimizer, state.device
+    model.train()  # callers may have sampled from the cached model in eval mode (LoRA dropout must be on)
     _set_hyperparameters(optimizer, config)
     max_len = config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
     seqs, counts = prepare_sequences(groups, state.tokenizer, config, max_len)
