@@ -1,4 +1,4 @@
-"""Fixtures for the pipeline tests: one real Prefect test server and one S3 server (moto) per session.
+"""Fixtures for the pipeline tests: one real Prefect test server per session, an S3 server (moto) per module.
 
     def test_something(prefect_api, s3_root):   # s3_root: s3://<fresh bucket>/runs
 """
@@ -27,9 +27,12 @@ def prefect_api():
         yield PREFECT_API_URL.value()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def s3_server():
-    """A moto S3 server on loopback, with the AWS variables pointing at it (s3fs and boto3 read them)."""
+    """A moto S3 server on loopback, with the AWS variables pointing at it (s3fs and boto3 read them).
+
+    Module-scoped (it starts in well under a second) so the variables are put back after the module
+    and tests elsewhere in the session never see them."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per S3 request otherwise
