@@ -16,7 +16,8 @@ move is possible, when a tile reaches `target` (a win), or after `max_moves` mov
 Reward, with partial credit: 1.0 for reaching `target`; otherwise 0.9 * (log2(max tile) - 1) /
 (log2(target) - 1), so every doubling of the best tile counts the same. `constrain_moves=True` asks a
 vLLM server to answer only with one of the legal moves (structured outputs, `choice`), which lets a
-random-weight test model play whole games. The game logic is plain functions on tuples, for tests.
+random-weight test model play whole games (give it max_tokens >= 6: a grammar can spell a move one
+letter per token). The game logic is plain functions on tuples, for tests.
 """
 
 from __future__ import annotations
@@ -187,6 +188,13 @@ class Game2048Env(Environment):
         if sampling.pop("n", 1) != 1:
             raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
         sampling.pop("logprobs", None)  # always on: the trainer needs the sampled tokens' logprobs
+        longest = max(len(m) for m in MOVES)
+        if opts.constrain_moves and sampling.get("max_tokens", longest + 1) <= longest:
+            # A grammar may spell a move one letter per token; cut short, "righ" names no move.
+            raise ValueError(
+                f"max_tokens={sampling['max_tokens']} is too small with constrain_moves: a move can take "
+                f"{longest} tokens plus the end token; use max_tokens >= {longest + 1}"
+            )
         extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
         rng = random.Random(scenario.data["game_seed"])
         board = new_board(rng, opts.size)

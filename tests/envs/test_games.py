@@ -145,7 +145,7 @@ async def test_2048_constrained_game_is_played_to_the_end_with_choices_kept(fake
     server = fake_chat(first_allowed)
     env = load_environment("2048", target=16, constrain_moves=True)
     scenario = env.scenarios("val")[0]
-    traj = await env.rollout(server.client, "tiny@0", scenario, temperature=1.0, max_tokens=4)
+    traj = await env.rollout(server.client, "tiny@0", scenario, temperature=1.0, max_tokens=8)
     assert isinstance(traj, Trajectory) and traj.metrics["invalid_moves"] == 0
     assert traj.metrics["won"] or traj.metrics["game_over"]
     assert len(traj.choices()) == traj.metrics["moves"] == len(server.requests)
@@ -246,7 +246,7 @@ async def test_tictactoe_scripted_win_and_illegal_move(fake_chat):
 async def test_2048_game_against_vllm(vllm_endpoint):
     env = load_environment("2048", target=32, max_moves=40, constrain_moves=True)
     client = AsyncOpenAI(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key)
-    traj = await env.rollout(client, vllm_endpoint.model, env.scenarios("val")[0], temperature=1.0, max_tokens=4)
+    traj = await env.rollout(client, vllm_endpoint.model, env.scenarios("val")[0], temperature=1.0, max_tokens=8)
     assert traj.metrics["invalid_moves"] == 0 and traj.metrics["moves"] >= 1
     assert traj.choices()[0].logprobs is not None and 0.0 <= traj.reward <= 1.0
 
@@ -257,3 +257,9 @@ async def test_tictactoe_game_against_vllm(vllm_endpoint):
     client = AsyncOpenAI(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key)
     traj = await env.rollout(client, vllm_endpoint.model, env.scenarios("val")[0], temperature=1.0, max_tokens=4)
     assert traj.metadata["outcome"] in ("win", "draw", "loss") and traj.choices()[0].logprobs is not None
+
+
+async def test_2048_constrained_moves_refuse_a_max_tokens_that_cuts_moves_short(fake_chat):
+    env = load_environment("2048", constrain_moves=True)
+    with pytest.raises(ValueError, match="max_tokens >= 6"):
+        await env.rollout(fake_chat(first_allowed).client, "tiny@0", env.scenarios("val")[0], max_tokens=4)
