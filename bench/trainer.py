@@ -173,6 +173,7 @@ def main() -> None:
         f"  ours (art_core train_step, incl. tokenize + checkpoint write; tokens_per_row {args.tokens_per_row or 'auto'}): "
         f"{ours_s:.3f} s/step  {ours_tps:8.0f} tokens/s",
         f"  TRL GRPOTrainer (training step only, no generation):           {trl_s:.3f} s/step  {trl_tps:8.0f} tokens/s",
+        f"  step times (s): ours {[round(t, 2) for t in ours]}, TRL {[round(t, 2) for t in trl]}",
         f"ratio ours/TRL: {ours_tps / trl_tps:.2f}  (target >= 1.0)",
     ]
     text = "\n".join(lines) + "\n"
