@@ -131,7 +131,9 @@ def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained
     assert elapsed < 60
 
 
-def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s3_root, tiny_model_path, vllm_endpoint):
+def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s3_root, tiny_model_path, vllm_endpoint,
+                                                                   monkeypatch):  # fmt: skip
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     cfg = run_config(tiny_model_path, s3_root, vllm_endpoint.base_url, name="killed")
     run_name = f"kill-{uuid.uuid4().hex[:8]}"
     script = (
@@ -139,7 +141,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s
         "from flows.config import RunConfig\nfrom flows.train import train\n"
         f"train.with_options(flow_run_name={run_name!r})(RunConfig.model_validate_json(sys.argv[1]))\n"
     )
-    env = dict(os.environ, PREFECT_API_URL=prefect_api, ART_INFERENCE_API_KEY=vllm_endpoint.api_key or "")
+    env = dict(os.environ, PREFECT_API_URL=prefect_api)
     proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
