@@ -12,14 +12,42 @@ An environment is anything with these four things; subclassing `Environment` is 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from art_core.trajectories import Trajectory
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
+
+
+def _check_split_sizes(sizes: dict[str, int]) -> dict[str, int]:
+    unknown = set(sizes) - set(SPLITS)
+    if unknown or any(n < 0 for n in sizes.values()):
+        raise ValueError(f"split_sizes takes sizes >= 0 for {', '.join(SPLITS)}; got {sizes}")
+    return sizes
+
+
+SplitSizes = Annotated[dict[str, int], AfterValidator(_check_split_sizes)]
+"""How many scenarios each split holds, for environments whose options let a user choose."""
+
+
+def turn_sampling(sampling: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a rollout's sampling options into (keyword arguments, extra_body) for one chat call a turn.
+
+    `n` must be 1: a group is several rollouts, not several choices of one. Logprobs are always asked
+    for, and vLLM is asked for the sampled token ids, because the trainer trains on exactly those.
+
+    >>> turn_sampling({"temperature": 1.0, "logprobs": True})
+    ({'temperature': 1.0}, {'return_tokens_as_token_ids': True})
+    """
+    sampling = dict(sampling)
+    if sampling.pop("n", 1) != 1:
+        raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
+    sampling.pop("logprobs", None)  # passed explicitly by every rollout
+    extra_body = {"return_tokens_as_token_ids": True, **(sampling.pop("extra_body", None) or {})}
+    return sampling, extra_body
 
 
 class Scenario(BaseModel):

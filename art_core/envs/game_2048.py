@@ -27,9 +27,9 @@ import random
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split
+from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
 from art_core.trajectories import Trajectory
 
 Board = tuple[tuple[int, ...], ...]
@@ -141,15 +141,7 @@ class Game2048Options(BaseModel):
     max_moves: int = Field(default=300, ge=1)  # moves that changed the board, before the game is cut off
     max_invalid: int = Field(default=3, ge=1)  # invalid answers before the game ends
     constrain_moves: bool = False  # vLLM structured outputs: answers limited to the legal moves
-    split_sizes: dict[str, int] = Field(default_factory=lambda: {"train": 1000, "val": 100, "test": 100})
-
-    @field_validator("split_sizes")
-    @classmethod
-    def _known_splits(cls, sizes: dict[str, int]) -> dict[str, int]:
-        unknown = set(sizes) - set(SPLITS)
-        if unknown or any(n < 0 for n in sizes.values()):
-            raise ValueError(f"split_sizes takes sizes >= 0 for {', '.join(SPLITS)}; got {sizes}")
-        return sizes
+    split_sizes: SplitSizes = Field(default_factory=lambda: {"train": 1000, "val": 100, "test": 100})
 
 
 SYSTEM_PROMPT = """You are playing 2048 on a {size}x{size} board. Each turn you see the board ("." is an empty \
@@ -184,10 +176,7 @@ class Game2048Env(Environment):
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game of `scenario` with `model`; each model turn is kept as its Choice."""
         opts = self.options
-        sampling = dict(sampling)
-        if sampling.pop("n", 1) != 1:
-            raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
-        sampling.pop("logprobs", None)  # always on: the trainer needs the sampled tokens' logprobs
+        sampling, extra_body = turn_sampling(sampling)
         longest = max(len(m) for m in MOVES)
         if opts.constrain_moves and sampling.get("max_tokens", longest + 1) <= longest:
             # A grammar may spell a move one letter per token; cut short, "righ" names no move.
@@ -195,7 +184,6 @@ class Game2048Env(Environment):
                 f"max_tokens={sampling['max_tokens']} is too small with constrain_moves: a move can take "
                 f"{longest} tokens plus the end token; use max_tokens >= {longest + 1}"
             )
-        extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
         rng = random.Random(scenario.data["game_seed"])
         board = new_board(rng, opts.size)
         traj = Trajectory(

@@ -22,9 +22,9 @@ import random
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split
+from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
 from art_core.trajectories import Trajectory
 
 CELLS = tuple(f"{c}{r}" for r in "123" for c in "ABC")  # row by row: A1 B1 C1 / A2 B2 C2 / A3 B3 C3
@@ -113,15 +113,7 @@ class TicTacToeOptions(BaseModel):
 
     seed: int = 0  # shuffles the openings into splits
     constrain_moves: bool = False  # vLLM structured outputs: answers limited to the free cells
-    split_sizes: dict[str, int] = Field(default_factory=lambda: {"train": 386, "val": 100, "test": 100})
-
-    @field_validator("split_sizes")
-    @classmethod
-    def _known_splits(cls, sizes: dict[str, int]) -> dict[str, int]:
-        unknown = set(sizes) - set(SPLITS)
-        if unknown or any(n < 0 for n in sizes.values()):
-            raise ValueError(f"split_sizes takes sizes >= 0 for {', '.join(SPLITS)}; got {sizes}")
-        return sizes
+    split_sizes: SplitSizes = Field(default_factory=lambda: {"train": 386, "val": 100, "test": 100})
 
 
 SYSTEM_PROMPT = """You play tic-tac-toe as X against an opponent playing O. Cells are named by column (A, B, C) \
@@ -155,11 +147,7 @@ class TicTacToeEnv(Environment):
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game from the scenario's opening; each model turn is kept as its Choice."""
-        sampling = dict(sampling)
-        if sampling.pop("n", 1) != 1:
-            raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
-        sampling.pop("logprobs", None)  # always on: the trainer needs the sampled tokens' logprobs
-        extra_body = {"return_tokens_as_token_ids": True, **sampling.pop("extra_body", {})}
+        sampling, extra_body = turn_sampling(sampling)
         board: Board = {c: "XO"[i % 2] for i, c in enumerate(scenario.data["opening"])}
         if next_mark(board) == "O":
             board[opponent_move(board)] = "O"

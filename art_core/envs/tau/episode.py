@@ -37,7 +37,7 @@ from typing import Any, Literal
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import Environment, Scenario, Split
+from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.tau.domain import Database, Domain, Task, call_tool, reward
 from art_core.envs.tau.forced_calls import tool_call_regex
 from art_core.envs.tau.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
@@ -90,13 +90,11 @@ class CustomerServiceEnv(Environment):
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one episode of `scenario` with `model` served by `client` (an `openai.AsyncOpenAI`)."""
-        if sampling.get("n", 1) != 1:
-            raise ValueError("rollout samples one completion per turn; remove n (gather runs a group instead)")
+        sampling, extra_body = turn_sampling(sampling)
         task = Task.model_validate(scenario.data["task"])
         db = copy.deepcopy(self.db)
         user = self.make_user(task)
         tools = self.tools()
-        extra_body = {"return_tokens_as_token_ids": True, **(sampling.pop("extra_body", None) or {})}
         if self.options.force_tool_calls:
             extra_body["structured_outputs"] = {"regex": tool_call_regex(tools)}
         traj = Trajectory(
