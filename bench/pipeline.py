@@ -101,7 +101,7 @@ def main() -> None:
     def config(name: str, steps: int) -> RunConfig:
         return RunConfig(project="bench", model=name, base_model=model_path, storage_url=os.path.join(work, "art"),
                          environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=steps,
-                         groups_per_step=args.groups, group_size=args.group_size, train={"learning_rate": 2e-3},
+                         groups_per_step=args.groups, group_size=args.group_size, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
                          sampling={"max_tokens": args.max_tokens}, inference_url=server.base_url,
                          report_to_wandb=False)  # fmt: skip
 

@@ -80,6 +80,10 @@ class EvalConfig(_Strict):
     success_threshold: float = Field(1.0, description="A trial passes when its reward is at least this.")
 
 
+# Environment options under which vLLM samples through a grammar (structured outputs).
+CONSTRAINING_OPTIONS = ("constrain_moves", "force_tool_calls")
+
+
 class RunConfig(_Strict):
     """Parameters of the train flow. Every field has a default in code except what names the run."""
 
@@ -154,6 +158,17 @@ class RunConfig(_Strict):
     def _eval_fits(self) -> "RunConfig":
         if self.eval_every and self.eval_every > self.steps:
             raise ValueError(f"eval_every ({self.eval_every}) is larger than steps ({self.steps}): evaluation would never run")
+        return self
+
+    @model_validator(mode="after")
+    def _constrained_sampling_needs_recomputed_logprobs(self) -> "RunConfig":
+        constrained = [k for k in CONSTRAINING_OPTIONS if self.environment.options.get(k)]
+        if constrained and self.train.old_logprobs == "sampler":
+            raise ValueError(
+                f"environment option {constrained[0]}=true constrains sampling, and vLLM then reports logprobs after "
+                "the grammar mask, so the importance ratio against them collapses and nothing is learned: set "
+                "train.old_logprobs to 'recompute'"
+            )
         return self
 
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     config = RunConfig(
         project=args.project, model=args.model, base_model=args.model_dir, storage_url=args.storage,
         environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-        steps=args.steps, groups_per_step=4, group_size=8, train={"learning_rate": 2e-3},
+        steps=args.steps, groups_per_step=4, group_size=8, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
         sampling={"max_tokens": 8}, eval_every=args.steps, eval={"scenarios": 8, "trials": 2},
     )  # fmt: skip
     if args.fresh and "://" not in config.storage_url:

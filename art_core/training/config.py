@@ -76,6 +76,14 @@ class TrainConfig(BaseModel):
         None, ge=0, description="Upper clip: ratio up to 1 + epsilon_high; None means epsilon (ART, TRL). DAPO: 0.28."
     )
     beta: float = Field(0.0, ge=0, description="KL penalty weight against the base model; 0 disables it.")
+    old_logprobs: Literal["sampler", "recompute"] = Field(
+        "sampler",
+        description="Reference of the importance ratio. 'sampler' uses the logprobs vLLM returned (ART, TRL). "
+        "'recompute' scores the sequences with the policy before this step's first update (ART's "
+        "precalculate_logprobs): use it when sampling was constrained (structured outputs, forced tool calls, "
+        "choice-constrained moves), because vLLM reports logprobs after the grammar mask, which the trainer "
+        "cannot reproduce; the ratio would otherwise sit near 0 and the clip would stop learning.",
+    )
 
     # ---- tokens and batching ----
     max_seq_len: int | None = Field(

@@ -49,7 +49,7 @@ class PackedBatch:
     position_ids: "torch.Tensor"  # [R, L] restarting at 0 for each segment (and for the padding)
     target_row: "torch.Tensor"  # [N] row of each trained token
     target_pos: "torch.Tensor"  # [N] its position; the hidden state at target_pos - 1 predicts it
-    old_logprobs: "torch.Tensor"  # [N] the sampler's logprobs of those tokens
+    old_logprobs: "torch.Tensor"  # [N] the sampler's logprobs of those tokens (the policy's with old_logprobs="recompute")
     advantages: "torch.Tensor"  # [N] each token carries its sequence's advantage
     weights: "torch.Tensor"  # [N] aggregation weight of each token (see losses.AGGREGATIONS)
     sequences: list[int]  # indices of the packed sequences

@@ -256,11 +256,21 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
         total = LossStats()
         entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
         params = [p for p in model.parameters() if p.requires_grad]
-        for batch in batches:
-            weights = AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch])
+        packed = [
+            (pack_sequences(batch, AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]), tokens_per_row,
+                            device, config.tokens_per_forward, pad_id))
+            for batch in batches
+        ]
+        if config.old_logprobs == "recompute":
+            # Score every part with the policy as it is before this step's first update.
+            with torch.no_grad():
+                for parts in packed:
+                    for part in parts:
+                        part.old_logprobs = batch_logprobs(model, part)[0]
+        for parts in packed:
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
-            for part in pack_sequences(batch, weights, tokens_per_row, device, config.tokens_per_forward, pad_id):
+            for part in parts:
                 ref = None
                 if config.beta > 0:
                     with torch.no_grad(), model.disable_adapter():

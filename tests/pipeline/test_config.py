@@ -32,6 +32,8 @@ def _base(tiny_model_path, tmp_path, **update):
         ({"judge": {"model": "m", "litellm_params": {"api_key": "sk-1"}}}, "judge.litellm_params", "secrets"),
         ({"group_sise": 8}, "group_sise", "Extra inputs"),
         ({"inference_url": "127.0.0.1:8000"}, "inference_url", "http://"),
+        ({"environment": {"name": "tic-tac-toe", "options": {"constrain_moves": True}}}, "train.old_logprobs",
+         "after the grammar mask"),
     ],
 )
 def test_invalid_field_is_named(tiny_model_path, tmp_path, update, field, hint):

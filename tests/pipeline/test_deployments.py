@@ -44,7 +44,7 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(p
     config = {"project": "deployed", "model": "agent-d", "base_model": tiny_model_path, "storage_url": str(storage),
               "environment": {"name": "tic-tac-toe", "options": {"constrain_moves": True}}, "steps": 1,
               "groups_per_step": 1, "group_size": 2, "sampling": {"max_tokens": 8}, "eval_every": 0,
-              "train": {"learning_rate": 2e-3}, "inference_url": vllm_endpoint.base_url, "report_to_wandb": False}  # fmt: skip
+              "train": {"learning_rate": 2e-3, "old_logprobs": "recompute"}, "inference_url": vllm_endpoint.base_url, "report_to_wandb": False}  # fmt: skip
     flow_run = run_deployment("train/train", parameters={"config": config}, timeout=0)
     worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "art-process", "--run-once"], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip

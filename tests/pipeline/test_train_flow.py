@@ -28,7 +28,7 @@ def run_config(model_path: str, storage_url: str, inference_url: str, name: str 
     """Three tiny steps of tic-tac-toe (moves constrained, so rewards vary and GRPO has a signal)."""
     cfg = dict(project="pipe", model=name, base_model=model_path, storage_url=storage_url, inference_url=inference_url,
                environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=3, groups_per_step=2,
-               group_size=4, train={"learning_rate": 2e-3}, sampling={"max_tokens": 8}, eval_every=3,
+               group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"}, sampling={"max_tokens": 8}, eval_every=3,
                eval={"scenarios": 2, "trials": 2}, report_to_wandb=False)  # fmt: skip
     cfg.update(update)
     return RunConfig(**cfg)

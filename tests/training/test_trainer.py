@@ -154,3 +154,34 @@ def test_checkpoints_live_in_s3_and_resume_from_there(tiny_model_path, s3_root, 
     assert store.checkpoint_steps("p", "m") == [1, 2]
     assert store.exists(store.join(result.checkpoint_path, "adapter_model.safetensors"))
     assert prune_checkpoints(store, "p", "m") == [1]  # no val/reward in history: the latest is kept
+
+
+def _masked_groups() -> list[TrajectoryGroup]:
+    """Rollouts as constrained decoding reports them: every sampled token at logprob ~0 (after the mask)."""
+    rng = random.Random(7)
+    groups = []
+    for g in range(2):
+        trajs = []
+        for _ in range(4):
+            ids = [rng.randrange(10, 4000) for _ in range(6)]
+            trajs.append(Trajectory(messages_and_choices=[{"role": "user", "content": f"move {g}"},
+                                                          make_choice(ids, [0.0] * 6, "x", finish_reason="stop")],
+                                    reward=rng.random()))
+        groups.append(TrajectoryGroup(trajs))
+    return groups
+
+
+def test_recomputed_old_logprobs_keep_learning_after_constrained_sampling(tiny_model_path, tmp_path, fresh_trainer):
+    """With the sampler's masked logprobs the ratio collapses to ~exp(-8) and the clip mutes the step;
+    old_logprobs="recompute" measures the ratio against the policy itself, so it starts at exactly 1."""
+    store = Storage(str(tmp_path))
+    sampler = train_step(base_model=tiny_model_path, groups=_masked_groups(), config=CFG, storage=store,
+                         project="p", name="sampler", step=0).metrics
+    clear_model_cache()
+    recompute = train_step(base_model=tiny_model_path, groups=_masked_groups(),
+                           config=CFG.model_copy(update={"old_logprobs": "recompute"}), storage=store,
+                           project="p", name="recompute", step=0).metrics
+    assert sampler["ratio_mean"] < 0.01 and sampler["clip_fraction"] > 0.3
+    assert recompute["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert recompute["clip_fraction"] == 0.0 and recompute["kl_to_sampler"] == pytest.approx(0.0, abs=1e-6)
+    assert recompute["grad_norm"] > 10 * sampler["grad_norm"]
