@@ -121,8 +121,10 @@ def modify_address(rng, db, user, taken):
                 [Action(name="modify_pending_order_address", kwargs={"order_id": o["order_id"], **new})], order_id=o["order_id"])
 
 
-def modify_items(rng, db, user, taken):
-    orders = _orders(db, user, ("pending",), taken)
+def _swap_items(rng, db, user, taken, *, status, kind, tool, request, goal):
+    """Swap some lines of one of the user's orders in `status` for other variants of the same products,
+    paying any difference with a method that can cover it (modify pending items; exchange delivered ones)."""
+    orders = _orders(db, user, (status,), taken)
     for o in rng.sample(orders, k=len(orders)):
         old, new = _swaps(rng, db, o)
         if not old:
@@ -132,11 +134,17 @@ def modify_items(rng, db, user, taken):
         pm = _payer(rng, user, max(0.0, sum(new_prices[i] for i in new) - sum(prices[i] for i in old)))
         if pm is None:
             continue
-        return Part("modify_items", f"in pending order {o['order_id']}, change {_line_names(db, o, old)} to {_line_names(db, o, new, new=True)}, "
-                    f"settling any price difference with {_describe_pm(pm)}", "I want to change some items in an order I haven't received yet.",
-                    {"order_id": o["order_id"], "items": _line_names(db, o, old), "new_items": _line_names(db, o, new, new=True), "payment_method": f"{_describe_pm(pm)} ({pm['id']})"},
-                    [Action(name="modify_pending_order_items", kwargs={"order_id": o["order_id"], "item_ids": old, "new_item_ids": new, "payment_method_id": pm["id"]})], order_id=o["order_id"])
+        old_names, new_names = _line_names(db, o, old), _line_names(db, o, new, new=True)
+        return Part(kind, f"{goal(o['order_id'], old_names, new_names)}, settling any price difference with {_describe_pm(pm)}", request,
+                    {"order_id": o["order_id"], "items": old_names, "new_items": new_names, "payment_method": f"{_describe_pm(pm)} ({pm['id']})"},
+                    [Action(name=tool, kwargs={"order_id": o["order_id"], "item_ids": old, "new_item_ids": new, "payment_method_id": pm["id"]})], order_id=o["order_id"])
     return None
+
+
+def modify_items(rng, db, user, taken):
+    return _swap_items(rng, db, user, taken, status="pending", kind="modify_items", tool="modify_pending_order_items",
+                       request="I want to change some items in an order I haven't received yet.",
+                       goal=lambda order, old, new: f"in pending order {order}, change {old} to {new}")
 
 
 def modify_payment(rng, db, user, taken):
@@ -176,21 +184,9 @@ def return_items(rng, db, user, taken):
 
 
 def exchange_items(rng, db, user, taken):
-    orders = _orders(db, user, ("delivered",), taken)
-    for o in rng.sample(orders, k=len(orders)):
-        old, new = _swaps(rng, db, o)
-        if not old:
-            continue
-        prices = {line["item_id"]: line["price"] for line in o["items"]}
-        new_prices = {i: v["price"] for line in o["items"] for i, v in db["products"][line["product_id"]]["variants"].items()}
-        pm = _payer(rng, user, max(0.0, sum(new_prices[i] for i in new) - sum(prices[i] for i in old)))
-        if pm is None:
-            continue
-        return Part("exchange", f"exchange {_line_names(db, o, old)} from order {o['order_id']} for {_line_names(db, o, new, new=True)}, "
-                    f"settling any price difference with {_describe_pm(pm)}", "I want to exchange something I received.",
-                    {"order_id": o["order_id"], "items": _line_names(db, o, old), "new_items": _line_names(db, o, new, new=True), "payment_method": f"{_describe_pm(pm)} ({pm['id']})"},
-                    [Action(name="exchange_delivered_order_items", kwargs={"order_id": o["order_id"], "item_ids": old, "new_item_ids": new, "payment_method_id": pm["id"]})], order_id=o["order_id"])
-    return None
+    return _swap_items(rng, db, user, taken, status="delivered", kind="exchange", tool="exchange_delivered_order_items",
+                       request="I want to exchange something I received.",
+                       goal=lambda order, old, new: f"exchange {old} from order {order} for {new}")
 
 
 def gift_card_balance(rng, db, user, taken):
