@@ -19,7 +19,7 @@ import importlib.util
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from art_core.envs import SHIPPED
 from art_core.settings import get_settings
@@ -38,6 +38,7 @@ class EnvironmentConfig(_Strict):
 
     name: str = Field(description="A shipped environment (retail, airline, 2048, tic-tac-toe) or an importable module.")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for load_environment.")
+    _constrains_sampling: bool = PrivateAttr(default=False)
 
     @field_validator("name")
     @classmethod
@@ -58,10 +59,16 @@ class EnvironmentConfig(_Strict):
         from art_core.envs import load_environment
 
         try:
-            load_environment(self.name, **self.options)
+            env = load_environment(self.name, **self.options)
         except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
             raise ValueError(f"environment {self.name!r} refused options {self.options}: {e}") from None
+        self._constrains_sampling = bool(getattr(env, "constrains_sampling", False))
         return self
+
+    @property
+    def constrains_sampling(self) -> bool:
+        """Whether this environment, with these options, samples through a grammar (see Environment)."""
+        return self._constrains_sampling
 
 
 class SamplingConfig(_Strict):
@@ -78,10 +85,6 @@ class EvalConfig(_Strict):
     scenarios: int = Field(8, ge=1, description="How many scenarios of the split (the first N, in order).")
     trials: int = Field(1, ge=1, description="Attempts per scenario; pass^k is reported for k = 1..trials.")
     success_threshold: float = Field(1.0, description="A trial passes when its reward is at least this.")
-
-
-# Environment options under which vLLM samples through a grammar (structured outputs).
-CONSTRAINING_OPTIONS = ("constrain_moves", "force_tool_calls")
 
 
 class RunConfig(_Strict):
@@ -162,12 +165,11 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _constrained_sampling_needs_recomputed_logprobs(self) -> "RunConfig":
-        constrained = [k for k in CONSTRAINING_OPTIONS if self.environment.options.get(k)]
-        if constrained and self.train.old_logprobs == "sampler":
+        if self.environment.constrains_sampling and self.train.old_logprobs == "sampler":
             raise ValueError(
-                f"environment option {constrained[0]}=true constrains sampling, and vLLM then reports logprobs after "
-                "the grammar mask, so the importance ratio against them collapses and nothing is learned: set "
-                "train.old_logprobs to 'recompute'"
+                f"environment {self.environment.name!r} with options {self.environment.options} constrains sampling, "
+                "and vLLM then reports logprobs after the grammar mask, so the importance ratio against them "
+                "collapses and nothing is learned: set train.old_logprobs to 'recompute'"
             )
         return self
 

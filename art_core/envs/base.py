@@ -66,6 +66,12 @@ class Environment:
     def scenarios(self, split: Split) -> list[Scenario]:
         raise NotImplementedError
 
+    @property
+    def constrains_sampling(self) -> bool:
+        """True when rollouts sample through a grammar (vLLM structured outputs). vLLM then reports
+        logprobs after the grammar's mask, so such runs train with TrainConfig(old_logprobs="recompute")."""
+        return False
+
     def tools(self) -> list[dict[str, Any]]:
         """OpenAI function schemas offered to the agent ([] when it has none)."""
         return []

@@ -160,6 +160,10 @@ class Game2048Env(Environment):
         if self.options.target & (self.options.target - 1):
             raise ValueError(f"target must be a power of two (like 128 or 2048), got {self.options.target}")
 
+    @property
+    def constrains_sampling(self) -> bool:
+        return self.options.constrain_moves
+
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
         sizes = self.options.split_sizes

@@ -132,6 +132,10 @@ class TicTacToeEnv(Environment):
         if total > available:
             raise ValueError(f"split_sizes ask for {total} openings but only {available} exist; make the splits smaller")
 
+    @property
+    def constrains_sampling(self) -> bool:
+        return self.options.constrain_moves
+
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
         every = openings()

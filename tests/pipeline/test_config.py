@@ -34,6 +34,8 @@ def _base(tiny_model_path, tmp_path, **update):
         ({"inference_url": "127.0.0.1:8000"}, "inference_url", "http://"),
         ({"environment": {"name": "tic-tac-toe", "options": {"constrain_moves": True}}}, "train.old_logprobs",
          "after the grammar mask"),
+        ({"environment": {"name": "retail", "options": {"force_tool_calls": True}}}, "train.old_logprobs",
+         "constrains sampling"),
     ],
 )
 def test_invalid_field_is_named(tiny_model_path, tmp_path, update, field, hint):

@@ -75,6 +75,10 @@ class CustomerServiceEnv(Environment):
     def tasks(self) -> dict[str, list[Task]]:
         return self.domain.make_tasks(self.db, self.options.seed)
 
+    @property
+    def constrains_sampling(self) -> bool:
+        return self.options.force_tool_calls
+
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
         return [Scenario(id=t.id, split=split, data={"task": t.model_dump()}) for t in self.tasks[split]]
