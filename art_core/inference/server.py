@@ -40,6 +40,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.processes import group_members, guard, parent_death_preexec, release
+
 MIDDLEWARE = "art_core.inference.middleware.ServedNamesOn404"
 
 
@@ -95,8 +97,13 @@ class ServerConfig(BaseModel):
 
 
 # Live servers, stopped at interpreter exit: Ctrl-C (KeyboardInterrupt) and SIGTERM unwind to atexit.
-# A parent killed with SIGKILL cannot clean up: its server keeps running (see the log for its pid).
+# A parent killed with SIGKILL cannot clean up: its watchdog (art_core.processes) ends the server's group.
 _LIVE: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
+
+
+def live_servers() -> "list[VLLMServer]":
+    """Servers started in this process that still run (LocalBackend's, the pipeline's, a test's)."""
+    return [s for s in list(_LIVE) if s.is_alive()]
 
 
 @atexit.register
@@ -226,11 +233,16 @@ class VLLMServer:
             with open(self.log_path, "ab") as log:
                 log.write(f"\n==== starting: {' '.join(self.command())}\n".encode())
                 log.flush()
-                # A session of its own: the engine core is a grandchild, and stop() signals the whole group.
+                # A session of its own: the engine core and workers are its children, and stop() and the
+                # watchdog signal the whole group. From the main thread Linux also SIGTERMs the server if we
+                # die (a second line; vLLM then stops its engine); from other threads the watchdog alone.
+                main = threading.current_thread() is threading.main_thread()
                 self.proc = subprocess.Popen(
                     self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=self.environment(), start_new_session=True,
+                    preexec_fn=parent_death_preexec(signal.SIGTERM) if main else None,
                 )  # fmt: skip
+            guard(self.proc.pid, group=True)  # ends the group if this process dies, SIGKILL included
             _LIVE.add(self)
         try:
             self._wait_healthy()
@@ -291,20 +303,27 @@ class VLLMServer:
         self.start()
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM the server's process group, SIGKILL what is left after `grace_s`. Safe to call twice."""
+        """SIGTERM the server's process group, SIGKILL what is left after `grace_s`. Safe to call twice.
+
+        The whole group: the engine core and its workers are the API process's children and may outlive it.
+        """
         proc = self.proc
         if proc is None:
             return
         try:
-            if proc.poll() is None:
+            deadline = time.monotonic() + grace_s
+            if proc.poll() is None or group_members(proc.pid):
                 _signal_group(proc.pid, signal.SIGTERM)
                 try:
                     proc.wait(timeout=grace_s)
                 except subprocess.TimeoutExpired:
                     pass
-            _signal_group(proc.pid, signal.SIGKILL)  # the engine core may outlive the API process
+                while group_members(proc.pid) and time.monotonic() < deadline:  # let the engine shut down
+                    time.sleep(0.1)
+            _signal_group(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         finally:
+            release(proc.pid)
             self.proc = None
             _LIVE.discard(self)
 
