@@ -6,8 +6,18 @@ No model hub is reachable here, so tests, the demo and benchmarks build their mo
     >>> path = build_tiny_model("/tmp/tiny")            # ~1M parameters, under a second
     >>> path = build_tiny_model("/tmp/small", size="small")  # ~3.5M parameters, for benchmarks
 
+or from a shell (what the train flow suggests when its base_model folder is missing):
+
+    python -m art_core.testing.tiny_model ./.models/tiny [--size small] [--seed 0]
+
 Shape of the models (hidden, layers, heads, kv heads, MLP): tiny 128/2/4/2/256, small 256/4/4/2/512;
-vocabulary 4096 in both. The same seed gives the same weights and tokenizer byte for byte.
+vocabulary 4096 in both; context 16,384 positions (room for a tau2 policy and tool schemas in the prompt).
+The same seed gives the same weights and tokenizer byte for byte.
+
+A LoRA can move it: the final RMSNorm's weight is NORM_SCALE (4) instead of 1. With tied embeddings of
+std 0.02 behind a norm of weight 1, a random model's logits span about +-1, so its next-token
+distribution is nearly uniform and stays there whatever a rank-8 adapter does; at 4x the logits span
+about +-4 and GRPO on a LoRA raises a learnable reward within a few steps (tests/test_newcomer.py).
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ SIZES: dict[str, dict[str, int]] = {
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512),
 }
 VOCAB_SIZE = 4096
-MAX_POSITIONS = 4096
+MAX_POSITIONS = 16384
+# The final norm's weight: large enough for a LoRA to move the logits (see the module docstring).
+NORM_SCALE = 4.0
 
 # Qwen2's pre-tokenizer split pattern; without it the tokenizer reloads differently (DESIGN.md).
 QWEN2_SPLIT = (
@@ -111,22 +123,29 @@ def build_tokenizer(seed: int = 0):
     return fast
 
 
-def build_tiny_model(path: str, size: str = "tiny", seed: int = 0) -> str:
+def build_tiny_model(path: str, size: str = "tiny", seed: int = 0, norm_scale: float = NORM_SCALE,
+                     max_positions: int = MAX_POSITIONS) -> str:
     """Write a random-weight Qwen2 chat model to `path` and return `path`.
+
+    `norm_scale` multiplies the final norm's weight (1.0 gives the plain random init, whose logits a
+    LoRA barely moves); `max_positions` is the context length vLLM serves by default.
 
     >>> build_tiny_model("/tmp/tiny-model")
     '/tmp/tiny-model'
     """
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
+    if norm_scale <= 0 or max_positions < 256:
+        raise ValueError(f"norm_scale must be > 0 and max_positions >= 256; got {norm_scale}, {max_positions}")
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = build_tokenizer(seed)
+    tokenizer.model_max_length = max_positions
     vocab = len(tokenizer)
     config = Qwen2Config(
         vocab_size=vocab,
-        max_position_embeddings=MAX_POSITIONS,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         rope_theta=10000.0,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
@@ -137,6 +156,8 @@ def build_tiny_model(path: str, size: str = "tiny", seed: int = 0) -> str:
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(norm_scale)  # a deterministic multiply: same seed, same bytes
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
@@ -153,3 +174,25 @@ def model_info(path: str) -> dict[str, Any]:
     kv = h // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
     per_layer = h * h * 2 + h * kv * 2 + (h + 2 * kv) + 3 * h * inter + 2 * h
     return {"parameters": vocab * h + layers * per_layer + h, "hidden_size": h, "layers": layers, "vocab_size": vocab}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m art_core.testing.tiny_model PATH`: build the model there and say what was built."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m art_core.testing.tiny_model", description=main.__doc__)
+    p.add_argument("path", help="folder to write the model to (created if missing)")
+    p.add_argument("--size", default="tiny", choices=sorted(SIZES))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--norm-scale", type=float, default=NORM_SCALE, help="final norm weight (1.0: the plain random init)")
+    p.add_argument("--max-positions", type=int, default=MAX_POSITIONS, help="context length")
+    args = p.parse_args(argv)
+    path = build_tiny_model(args.path, size=args.size, seed=args.seed, norm_scale=args.norm_scale,
+                            max_positions=args.max_positions)  # fmt: skip
+    info = model_info(path)
+    print(f"built a {args.size} model ({info['parameters']:,} parameters, vocabulary {info['vocab_size']}, "
+          f"context {args.max_positions}) in {os.path.abspath(path)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
