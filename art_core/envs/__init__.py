@@ -17,6 +17,8 @@ SHIPPED = {
     "airline": "art_core.envs.airline",
     "2048": "art_core.envs.game_2048",
     "tic-tac-toe": "art_core.envs.tictactoe",
+    "tau2-retail": "art_core.envs.tau2.retail",  # tau2-bench's own data (the [tau2] extra)
+    "tau2-airline": "art_core.envs.tau2.airline",
 }
 
 

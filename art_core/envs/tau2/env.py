@@ -1,0 +1,215 @@
+"""The tau2-bench environments: tau2's own tasks, database, policy and tools, scored by tau2's reward.
+
+    >>> env = load_environment("tau2-retail", user={"model": "openai/gpt-4.1-2025-04-14"},
+    ...                        judge={"model": "openai/gpt-4.1-2025-04-14"})
+    >>> scenario = env.scenarios("test")[0]                     # tau2's test split (40 retail tasks)
+    >>> traj = await env.rollout(client, "agent@3", scenario, **env.protocol.sampling())
+    >>> traj.reward, traj.metrics["r_db"], traj.metadata["stop_reason"]
+
+One episode, as tau2 plays it: the system prompt wraps tau2's policy.md in instructions; the agent's first
+turn is tau2's fixed greeting (context, not trained on); the LLM customer (`user.Tau2User`) answers from the
+task's scenario. Each agent turn is one model call with tau2's tool schemas: tool calls run on the episode's
+own copy of the database (any failure comes back as `Error: ...`), plain text goes to the customer. It ends
+when the customer writes ###STOP###, ###TRANSFER### or ###OUT-OF-SCOPE### (the only proper ends: tau2's
+transfer tool is not terminal), or it is cut off: `max_steps` messages (tau2 counts agent turns, tool-result
+batches and customer turns), `max_errors` failed tool calls, or an agent turn cut by max_tokens. A cut-off
+run scores 0 (tau2's rule). The reward is `reward.score`; every component goes to `trajectory.metrics`.
+
+Splits: "train" and "test" are tau2's `split_tasks.json`; tau2 has no validation split, so "val" is the test
+split; `eval_tasks="base"` makes "test" (and "val") all tasks, as the leaderboard evaluates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from art_core.envs.base import Environment, Scenario, Split, turn_sampling
+from art_core.envs.tau.episode import _tool_calls
+from art_core.envs.tau.forced_calls import tool_call_regex
+from art_core.envs.tau.users import LLMUserSettings
+from art_core.envs.tau2.data import Tau2Data, find_folder, fresh_copy, load_tau2_data
+from art_core.envs.tau2.reward import GoldReplay, gold_replay, score
+from art_core.envs.tau2.toolkit import ToolFn, run_tool
+from art_core.envs.tau2.user import GREETING, Tau2User, default_user_settings, is_stop
+from art_core.rewards.config import JudgeConfig
+from art_core.trajectories import Trajectory
+
+AGENT_INSTRUCTIONS = """You are a customer service agent. Help the customer by following the <policy> below.
+Each turn, do exactly one of these: send the customer a message, or make a tool call. Never both in one turn.
+Follow the policy at all times and be helpful. Tool arguments must be valid JSON."""
+
+
+def agent_system_prompt(policy: str) -> str:
+    """tau2's layout of the agent's system prompt: instructions, then the domain policy, each in its tags."""
+    return f"<instructions>\n{AGENT_INSTRUCTIONS}\n</instructions>\n<policy>\n{policy}\n</policy>"
+
+
+class Tau2Protocol(BaseModel):
+    """How tau2-bench runs a model, for scores comparable with its leaderboard (see `published`)."""
+
+    temperature: float = 0.0  # tau2's agent (and user, and judge) temperature
+    max_tokens: int = 2048  # tau2 sets none; a book_reservation call alone is a few hundred tokens
+    max_steps: int = 200  # tau2's DEFAULT_MAX_STEPS
+    max_errors: int = 10  # tau2's DEFAULT_MAX_ERRORS
+    trials: int = 4  # the leaderboard's pass^1..4
+    user_model: str = "openai/gpt-4.1-2025-04-14"  # the v0.1.3 leaderboard's user (1.0.x rows use gpt-5.2)
+    judge_model: str = "openai/gpt-4.1-2025-04-14"  # tau2's NL-assertion judge
+
+    def sampling(self) -> dict[str, Any]:
+        """The agent's sampling keywords for `rollout` / the pipeline's SamplingConfig."""
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens}
+
+
+class Tau2Options(BaseModel):
+    """Options of `load_environment("tau2-retail" | "tau2-airline", **options)`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: str | None = None  # a folder in tau2's layout (data/tau2/domains/<domain>/); None: the installed package
+    user: LLMUserSettings = Field(default_factory=default_user_settings)  # the customer's model (litellm)
+    judge: JudgeConfig | None = None  # NL-assertion judge; None: ART_JUDGE_MODEL at scoring time
+    max_steps: int = Field(200, ge=2)  # messages before the run is cut off (scored 0)
+    max_errors: int = Field(10, ge=1)  # failed tool calls before the run is cut off (scored 0)
+    eval_tasks: Literal["test", "base"] = "test"  # what "test" (and "val") hold: tau2's test split or all tasks
+    force_tool_calls: bool = False  # test models: constrain each agent turn with a vLLM structured-outputs regex
+    forced_message_chars: int = Field(0, ge=0)  # with force_tool_calls: also admit a plain message this long (0: calls only)
+
+
+@dataclass
+class Tau2Tools:
+    """One tau2 domain's toolset; `make_tools(rules)` when prices come from the policy (airline)."""
+
+    name: str
+    domain: Literal["retail", "airline"]
+    tools: dict[str, ToolFn] | None
+    schemas: list[dict[str, Any]]
+    write_tools: frozenset[str]
+    make_tools: Callable[[Any], dict[str, ToolFn]] | None = None
+
+
+class Tau2Env(Environment):
+    """tau2-bench's retail or airline domain as an environment (see the module docstring)."""
+
+    protocol = Tau2Protocol()
+
+    def __init__(self, toolset: Tau2Tools, **options: Any) -> None:
+        self.toolset = toolset
+        self.name = toolset.name
+        self.options = Tau2Options(**options)
+        find_folder(toolset.domain, self.options.data_dir)  # a missing folder fails here, with what to do
+        self._gold: dict[str, GoldReplay] = {}
+
+    @cached_property
+    def data(self) -> Tau2Data:
+        return load_tau2_data(self.toolset.domain, self.options.data_dir)
+
+    @cached_property
+    def tools_by_name(self) -> dict[str, ToolFn]:
+        if self.toolset.make_tools is None:
+            return dict(self.toolset.tools or {})
+        from art_core.envs.tau2.airline import AirlineRules
+
+        return self.toolset.make_tools(AirlineRules.from_policy(self.data.policy))
+
+    @property
+    def constrains_sampling(self) -> bool:
+        return self.options.force_tool_calls
+
+    @property
+    def system_prompt(self) -> str:
+        return agent_system_prompt(self.data.policy)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.toolset.schemas
+
+    def scenarios(self, split: Split) -> list[Scenario]:
+        split = self.check_split(split)
+        key = "train" if split == "train" else self.options.eval_tasks
+        return [Scenario(id=i, split=split, data={"task": self.data.tasks[i]}) for i in self.data.splits[key]]
+
+    def gold(self, task_id: str) -> GoldReplay:
+        """The gold replay of one task (computed once per environment)."""
+        if task_id not in self._gold:
+            actions = (self.data.tasks[task_id].get("evaluation_criteria") or {}).get("actions")
+            self._gold[task_id] = gold_replay(self.tools_by_name, self.data.db, actions)
+        return self._gold[task_id]
+
+    def call_tool(self, db: dict[str, Any], name: str, arguments: str | dict[str, Any]) -> tuple[str, bool]:
+        """Run one agent tool call (arguments as the model sent them); returns (text, is_error)."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except json.JSONDecodeError as e:
+                return f"Error: the arguments of {name} are not valid JSON ({e})", True
+        if not isinstance(arguments, dict):
+            return f"Error: the arguments of {name} must be a JSON object", True
+        return run_tool(self.tools_by_name, db, name, arguments)
+
+    def forced_regex(self) -> str:
+        calls = tool_call_regex(self.tools())
+        n = self.options.forced_message_chars
+        return f"({calls})|([A-Za-z][A-Za-z ,.?!]{{0,{n - 1}}})" if n else calls
+
+    async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
+        """Play one tau2 episode of `scenario` with `model` served by `client` (an `openai.AsyncOpenAI`)."""
+        sampling, extra_body = turn_sampling(sampling)
+        task = scenario.data.get("task") or self.data.tasks[scenario.id]
+        o = self.options
+        if o.force_tool_calls:
+            extra_body["structured_outputs"] = {"regex": self.forced_regex()}
+        db = fresh_copy(self.data.db)
+        user = Tau2User(task, o.user)
+        tools = self.tools()
+        traj = Trajectory(
+            messages_and_choices=[{"role": "system", "content": self.system_prompt}, {"role": "assistant", "content": GREETING}],
+            tools=tools,
+            metadata={"env": self.name, "task_id": str(task["id"]), "split": scenario.split},
+        )
+        opening = await user.reply(GREETING)
+        traj.messages_and_choices.append({"role": "user", "content": opening})
+        steps, errors, turns, counts = 2, 0, 0, {"tool_calls": 0, "tool_errors": 0, "writes": 0}
+        stop_reason = "user_stop" if is_stop(opening) else None
+        while stop_reason is None:
+            if steps >= o.max_steps:
+                stop_reason = "max_steps"
+                break
+            turns += 1
+            completion = await client.chat.completions.create(
+                model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=extra_body, **sampling
+            )
+            choice = completion.choices[0]
+            traj.messages_and_choices.append(choice)
+            steps += 1
+            if choice.finish_reason == "length":
+                stop_reason = "max_tokens"  # a cut call or reply: tau2 would not get a usable message either
+                break
+            calls = _tool_calls(choice, turns)
+            if calls:
+                for call_id, name, arguments in calls:
+                    text, error = self.call_tool(db, name, arguments)
+                    counts["tool_calls"] += 1
+                    counts["tool_errors"] += error
+                    counts["writes"] += name in self.toolset.write_tools and not error
+                    traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": text})
+                steps += 1
+                if counts["tool_errors"] >= o.max_errors:
+                    stop_reason = "too_many_errors"
+                continue
+            answer = await user.reply(choice.message.content or "")
+            traj.messages_and_choices.append({"role": "user", "content": answer})
+            steps += 1
+            if is_stop(answer):
+                stop_reason = "user_stop"
+        metrics, details = await score(
+            task.get("evaluation_criteria"), self.gold(str(task["id"])), db, traj.messages(),
+            terminated=stop_reason == "user_stop", judge=o.judge,
+        )
+        traj.reward = metrics.pop("reward")
+        traj.metrics.update(metrics, turns=turns, steps=steps, **counts)
+        traj.metadata.update(stop_reason=stop_reason, reward_details=details)
+        return traj.finish()

@@ -1,0 +1,170 @@
+"""tau2's reward: the product of the components a task's `reward_basis` names, 0 for a run cut off.
+
+- DB: the agent's final database hashes equal to the database after replaying the task's gold actions on a
+  fresh copy. Gold actions that fail are skipped, as tau2 skips them (task 64's exchange on a pending order,
+  the lookups with a wrong email that the gold lists hold on purpose).
+- COMMUNICATE: each `communicate_info` string, lowercased, is in some assistant text with its commas removed.
+- NL_ASSERTION: an LLM judge (any litellm model, temperature 0 by default) decides per assertion whether the
+  conversation meets it. The call is RULER's (`art_core.rewards.judge.call_judge`): a strict JSON schema with
+  one entry per assertion, checked, retried, cached under the storage root, costed. A failed judge call raises
+  `JudgeError`; it never becomes a score.
+
+    >>> gold = gold_replay(tools, db, task["evaluation_criteria"]["actions"])
+    >>> communicate(["1234"], ["Your total is $1,234."])
+    (1.0, [{'info': '1234', 'met': True}])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from art_core.envs.tau.domain import hash_db
+from art_core.envs.tau2.data import fresh_copy
+from art_core.envs.tau2.toolkit import ToolFn, run_tool
+from art_core.rewards.accounting import JudgeUsage
+from art_core.rewards.config import JudgeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GoldReplay:
+    """The database after the gold actions, its hash, and the gold actions that failed (skipped)."""
+
+    db: dict[str, Any]
+    hash: str
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (action name, error text)
+
+
+def gold_replay(tools: dict[str, ToolFn], initial_db: dict[str, Any], actions: list[dict[str, Any]] | None) -> GoldReplay:
+    """Replay tau2 gold actions ({"name", "arguments"}) on a copy of `initial_db`, tolerating failures."""
+    db = fresh_copy(initial_db)
+    failed = []
+    for action in actions or []:
+        text, error = run_tool(tools, db, action["name"], action.get("arguments") or {})
+        if error:
+            failed.append((action["name"], text))
+    return GoldReplay(db=db, hash=hash_db(db), failed=failed)
+
+
+def communicate(infos: list[str] | None, assistant_texts: list[str]) -> tuple[float, list[dict[str, Any]]]:
+    """tau2's check: each info, lowercased, inside some lowercased assistant text whose commas are removed
+    (the info keeps its own commas, so "$1,234" can never match: tau2's behaviour, kept)."""
+    said = [t.lower().replace(",", "") for t in assistant_texts]
+    checks = [{"info": info, "met": any(info.lower() in s for s in said)} for info in infos or []]
+    return float(all(c["met"] for c in checks)), checks
+
+
+NL_PROMPT = """You grade a customer-service conversation against a list of expected outcomes.
+The conversation was recorded in a test run between an agent and a customer (tool calls and their results
+included). For each expected outcome, decide on its own whether the agent's behaviour in the conversation
+satisfies it. Give a short explanation first, then `met`: true if the outcome is satisfied, false if not.
+Answer with one JSON entry per outcome id."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def assertion_reply_model(n: int) -> type[BaseModel]:
+    """{assertion_1: {explanation, met}, ...}: exactly one entry per assertion sent, in a strict schema."""
+    entry = create_model("AssertionVerdict", __base__=_Strict, explanation=(str, Field()), met=(bool, ...))
+    return create_model("NLAssertionVerdicts", __base__=_Strict, **{f"assertion_{i + 1}": (entry, ...) for i in range(n)})
+
+
+def transcript(messages: list[dict[str, Any]]) -> str:
+    """The conversation as the judge reads it: one `role: content` line per message, tool calls as JSON."""
+    lines = []
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        content = m.get("content") or ""
+        calls = m.get("tool_calls") or []
+        if calls:
+            content = (content + " " if content else "") + json.dumps([{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls])
+        lines.append(f"{m['role']}: {content}")
+    return "\n".join(lines)
+
+
+async def judge_assertions(assertions: list[str], messages: list[dict[str, Any]], judge: JudgeConfig | None) -> tuple[list[dict[str, Any]], JudgeUsage]:
+    """Ask the judge about each assertion; returns ([{assertion, met, explanation}], usage). Raises JudgeError."""
+    from art_core.rewards.cache import JudgeCache
+    from art_core.rewards.config import resolve_judge
+    from art_core.rewards.judge import call_judge
+    from art_core.settings import get_settings
+    from art_core.storage import Storage
+
+    config, params = resolve_judge(judge or JudgeConfig())
+    params.setdefault("temperature", 0.0)  # tau2 judges at temperature 0
+    ids = [f"assertion_{i + 1}" for i in range(len(assertions))]
+    outcomes = "\n".join(f"{i}: {a}" for i, a in zip(ids, assertions))
+    messages_out = [
+        {"role": "system", "content": NL_PROMPT},
+        {"role": "user", "content": f"<conversation>\n{transcript(messages)}\n</conversation>\n\n<expected_outcomes>\n{outcomes}\n</expected_outcomes>"},
+    ]
+    response_model = assertion_reply_model(len(assertions))
+    cache = key = None
+    if config.cache:
+        cache = JudgeCache(Storage(get_settings().storage_root))
+        key = cache.key(config.model, NL_PROMPT, messages_out, response_model.model_json_schema(), config.litellm_params)
+        record = cache.get(key)
+        if record is not None:
+            verdicts, usage = record["scores"], JudgeUsage(cache_hits=1)
+            return [{"assertion": a, **verdicts[i]} for i, a in zip(ids, assertions)], usage
+    verdicts, usage = await call_judge(
+        messages_out, judge_model=config.model, response_model=response_model, extra_litellm_params=params,
+        max_retries=config.max_retries, backoff_s=config.backoff_s, timeout_s=config.timeout_s, max_concurrency=config.max_concurrency,
+    )
+    if cache is not None and key is not None:
+        try:
+            cache.put(key, config.model, verdicts, usage.model_dump())
+        except OSError as exc:  # a cache that cannot be written costs money later, not correctness now
+            log.warning("could not store the NL-assertion verdicts at %s: %s", cache.path(key), exc)
+    return [{"assertion": a, **verdicts[i]} for i, a in zip(ids, assertions)], usage
+
+
+async def score(
+    criteria: dict[str, Any] | None,
+    gold: GoldReplay,
+    final_db: dict[str, Any],
+    messages: list[dict[str, Any]],
+    *,
+    terminated: bool,
+    judge: JudgeConfig | None,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """(metrics, details) of one finished run. metrics["reward"] is tau2's reward; each component is there
+    as r_db / r_communicate / r_nl_assertion (1.0 when the task's reward_basis leaves it out, as in tau2's
+    breakdown), plus judge usage. `terminated` is False for a run cut off by its turn or token limit: its
+    reward is 0, r_db and r_communicate are still reported, and the judge is not asked."""
+    criteria = criteria or {}
+    basis = criteria.get("reward_basis") or ["DB", "COMMUNICATE"]
+    texts = [m["content"] for m in messages if m["role"] == "assistant" and m.get("content")]
+    r_db = float(hash_db(final_db) == gold.hash)
+    r_comm, comm_checks = communicate(criteria.get("communicate_info"), texts)
+    metrics = {"r_db": r_db, "r_communicate": r_comm, "truncated": float(not terminated)}
+    details: dict[str, Any] = {"reward_basis": basis, "communicate_checks": comm_checks, "gold_failures": gold.failed}
+    if not terminated:  # tau2 scores a cut-off run 0 without asking the judge (which would cost money for nothing)
+        metrics["reward"] = 0.0
+        details["note"] = "cut off before the customer ended the conversation: reward 0"
+        return metrics, details
+    metrics["r_nl_assertion"] = 1.0
+    assertions = criteria.get("nl_assertions") or []
+    if "NL_ASSERTION" in basis and assertions:
+        verdicts, usage = await judge_assertions(assertions, messages, judge)
+        metrics["r_nl_assertion"] = float(all(v["met"] for v in verdicts))
+        metrics.update(usage.as_metrics())
+        details["nl_assertions"] = verdicts
+    unknown = set(basis) - {"DB", "COMMUNICATE", "NL_ASSERTION"}
+    if unknown:  # ACTION / ENV_ASSERTION: no retail or airline task uses them; refuse rather than ignore
+        raise ValueError(f"reward_basis {sorted(unknown)} is not supported by the tau2 environments")
+    parts = {"DB": r_db, "COMMUNICATE": r_comm, "NL_ASSERTION": metrics["r_nl_assertion"]}
+    reward = 1.0
+    for b in basis:
+        reward *= parts[b]
+    metrics["reward"] = reward
+    return metrics, details
