@@ -18,14 +18,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from art_core import dev, utils
 from art_core.backend import Backend, TrainResult
-from art_core.gather import TooManyExceptions, gather_trajectory_groups, trajectory_group
+from art_core.gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups, trajectory_group
 from art_core.model import Model, TrainableModel
+from art_core.retry import retry
 from art_core.storage import Storage, validate_name
 from art_core.training.config import TrainConfig
 from art_core.trajectories import (
+    History,
     Messages,
     MessagesAndChoices,
+    PydanticException,
     RolloutError,
     Tools,
     Trajectory,
@@ -42,6 +46,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("local", "rewards"):  # ART's `art.local.LocalBackend`; imported on first use
+        return importlib.import_module(f"art_core.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'art_core' has no attribute {name!r}")
@@ -49,7 +55,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Backend",
+    "History",
     "LocalBackend",
+    "PydanticException",
+    "dev",
+    "gather_trajectories",
+    "retry",
+    "utils",
     "Messages",
     "MessagesAndChoices",
     "Model",

@@ -6,12 +6,18 @@ Rollout code talks to a model through a plain OpenAI client, exactly as to a hos
     await model.register(LocalBackend(path="./.art"))
     client = model.openai_client()
     reply = await client.chat.completions.create(model=model.get_inference_name(), messages=[...])
-    await model.train(groups)            # one GRPO step; the server now answers with the new adapter
+    result = await backend.train(model, groups, learning_rate=1e-5)   # ART 2026; or await model.train(groups)
+    await model.log(groups, metrics=result.metrics, step=result.step, split="train")
+
+A prompted model (`Model(name="openai/gpt-4.1", ...)`) may carry a provider prefix in its name; its
+records are stored under a path-safe form of the name (`openai--gpt-4.1`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Generic, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -21,10 +27,12 @@ if TYPE_CHECKING:
     import openai
 
     from art_core.backend import Backend, TrainResult
+    from art_core.storage import Storage
     from art_core.training.config import TrainConfig
-    from art_core.trajectories import TrajectoryGroup
+    from art_core.trajectories import Trajectory, TrajectoryGroup
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel | None)
+log = logging.getLogger(__name__)
 
 
 class Model(BaseModel, Generic[ConfigT]):
@@ -39,18 +47,27 @@ class Model(BaseModel, Generic[ConfigT]):
     inference_base_url: str | None = None
     inference_api_key: str | None = Field(default=None, exclude=True, repr=False)  # a secret: never stored
     inference_model_name: str | None = None
+    run_name: str | None = Field(None, description="A label for this run in logs (ART: trainer_args.run_name).")
 
     _backend: "Backend | None" = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
-        return validate_name(v, "model name")
+        # A prompted model's name may name its provider ("openai/gpt-4.1"); each part must be a safe name.
+        for part in v.split("/") if v else [v]:
+            validate_name(part, "model name")
+        return v
 
     @field_validator("project")
     @classmethod
     def _check_project(cls, v: str) -> str:
         return validate_name(v, "project")
+
+    @property
+    def storage_name(self) -> str:
+        """The name as one path segment: '/' becomes '--' (`openai/gpt-4.1` -> `openai--gpt-4.1`)."""
+        return self.name.replace("/", "--")
 
     async def register(self, backend: "Backend") -> None:
         """Attach to a backend, which starts serving this model. Calling it again is harmless."""
@@ -83,13 +100,149 @@ class Model(BaseModel, Generic[ConfigT]):
         """The name to pass as `model=` in chat calls."""
         return self.inference_model_name or self.name
 
+    async def _current_step(self) -> int:
+        return 0
+
+    async def log(
+        self,
+        trajectories: "Iterable[Trajectory | BaseException] | Iterable[TrajectoryGroup] | None" = None,
+        split: str = "val",
+        *,
+        metrics: dict[str, Any] | None = None,
+        step: int | None = None,
+    ) -> dict[str, Any]:
+        """Record a split's results in history.jsonl (and its trajectories under trajectories/{split}/).
+
+        trajectories: groups, or loose trajectories (exceptions among them count toward exception_rate);
+        metrics: more metrics for the same record (e.g. `train_result.metrics`); step: default the
+        model's current step. Returns the record's metrics, keys prefixed with `{split}/`.
+
+            await model.log(val_groups, split="val")
+            await model.log(groups, metrics=result.metrics, step=result.step, split="train")
+        """
+        from art_core.reporting import record_metrics
+        from art_core.trajectories import Trajectory, TrajectoryGroup, write_jsonl
+
+        items = list(trajectories or [])
+        if any(isinstance(t, (Trajectory, BaseException)) for t in items):
+            groups = [TrajectoryGroup(items)]
+        else:
+            groups = [g for g in items if g is not None]
+        step = await self._current_step() if step is None else step
+        values = {**summarize(groups), **(metrics or {})}
+        storage = self._storage()
+        if groups:
+            path = storage.trajectories_path(self.project, self.storage_name, split, step)
+            lines: list[str] = []
+
+            class _Sink:  # write_jsonl takes a file; gather lines, then write once (works on s3:// too)
+                write = lines.append
+
+            write_jsonl(groups, _Sink)
+            await asyncio.to_thread(storage.write_text, path, "".join(lines))
+        prefix = f"{split}/"
+        values = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in values.items()}
+        return await asyncio.to_thread(
+            record_metrics, storage, self.project, self.storage_name, step, values, prefix
+        )
+
+    def _storage(self) -> "Storage":
+        storage = getattr(self._backend, "storage", None)
+        if storage is None:
+            from art_core.settings import get_settings
+            from art_core.storage import Storage
+
+            storage = Storage(get_settings().storage_root)
+        return storage
+
+
+def summarize(groups: "list[TrajectoryGroup]") -> dict[str, float]:
+    """ART's logged figures: mean reward, reward_std_dev (within groups, averaged), exception_rate, and the
+    mean of every numeric trajectory metric and group metric.
+
+        >>> from art_core.trajectories import Trajectory, TrajectoryGroup
+        >>> summarize([TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)])])["reward"]
+        0.5
+    """
+    import statistics
+
+    trajectories = [t for g in groups for t in g.trajectories]
+    errors = sum(len(g.exceptions) for g in groups)
+    out: dict[str, float] = {}
+    if trajectories or errors:
+        out["exception_rate"] = errors / (len(trajectories) + errors)
+    if not trajectories:
+        return out
+    out["reward"] = statistics.fmean(t.reward for t in trajectories)
+    stds = [statistics.pstdev(g.rewards()) for g in groups if len(g.trajectories) > 1]
+    if stds:
+        out["reward_std_dev"] = statistics.fmean(stds)
+    sums: dict[str, list[float]] = {}
+    for t in trajectories:
+        for k, v in t.metrics.items():
+            if isinstance(v, (int, float)):
+                sums.setdefault(k, []).append(float(v))
+    for g in groups:
+        for k, v in g.metrics.items():
+            if isinstance(v, (int, float)):
+                sums.setdefault(f"group_{k}" if k in out or k in sums else k, []).append(float(v))
+    out.update({k: statistics.fmean(v) for k, v in sums.items()})
+    return out
+
 
 class TrainableModel(Model[ConfigT]):
-    """A base model trained with LoRA; step N is served as `name@N`, and `name` is always the latest step."""
+    """A base model trained with LoRA; step N is served as `name@N`, and `name` is always the latest step.
+
+    `_internal_config` takes ART's `art.dev.InternalModelConfig` (constructor keyword or attribute); what
+    maps onto our TrainConfig/ServerConfig is applied, the rest is reported in a warning (art_core.dev).
+    """
 
     base_model: str
     trainable: bool = True
     _step: int = PrivateAttr(default=0)
+    _internal_config: dict[str, Any] | None = PrivateAttr(default=None)
+
+    def __init__(self, **data: Any) -> None:
+        internal = data.pop("_internal_config", None)
+        super().__init__(**data)
+        self._internal_config = dict(internal) if internal else None
+        run_name = ((internal or {}).get("trainer_args") or {}).get("run_name")
+        if run_name and self.run_name is None:
+            self.run_name = run_name
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:  # a trained model's name names adapters and folders: no '/'
+        return validate_name(v, "model name")
+
+    async def register(self, backend: "Backend") -> None:
+        """Attach to a backend; `_internal_config`'s server settings apply if the backend starts the server."""
+        if self._backend is not backend:
+            self._apply_server_config(backend)
+        await super().register(backend)
+
+    def _apply_server_config(self, backend: "Backend") -> None:
+        from art_core.dev import server_overrides, warn_unsupported
+
+        overrides = server_overrides(self._internal_config)
+        if not overrides:
+            return
+        pool = getattr(backend, "_pool", None)  # LocalBackend's servers (art_core.serving.ServerPool)
+        servers = pool.servers() if pool is not None else []
+        running = [s for s in servers if getattr(s.config, "model", None) == self.base_model]
+        target = getattr(pool, "overrides", None)
+        if running or target is None:
+            warn_unsupported("_internal_config.engine_args", overrides,
+                             "the server for this base model is already running (or the backend starts none); "
+                             "these settings apply only to a server the backend starts")  # fmt: skip
+            return
+        extra = list(target.get("extra_args", [])) + overrides.pop("extra_args", [])
+        target.update(overrides)
+        if extra:
+            target["extra_args"] = extra
+
+    async def _current_step(self) -> int:
+        return await self.get_step()
 
     async def get_step(self) -> int:
         """The latest trained step (0 before any training)."""
@@ -100,10 +253,25 @@ class TrainableModel(Model[ConfigT]):
         """`name@step` for the given step, by default the latest known one."""
         return f"{self.name}@{self._step if step is None else step}"
 
-    async def train(self, groups: "list[TrajectoryGroup]", config: "TrainConfig | None" = None) -> "TrainResult":
-        """One training step on these groups (ART's `model.train`); same as `backend.train(self, ...)`."""
-        result = await self.backend.train(self, groups, config)
+    async def train(
+        self,
+        trajectory_groups: "Iterable[TrajectoryGroup]",
+        config: "TrainConfig | None" = None,
+        _config: dict[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> "TrainResult":
+        """One training step on these groups (ART's `model.train`); same as `backend.train(self, ...)`.
+
+        config: our TrainConfig (ART's `art.TrainConfig(learning_rate=..., beta=...)` is the same class);
+        _config: ART's `art.dev.TrainConfig` keys (see art_core.dev); verbose: log the step's metrics.
+        """
+        from art_core.dev import resolve_train_config
+
+        resolved = resolve_train_config(self, config, _config)
+        result = await self.backend.train(self, list(trajectory_groups), resolved)
         self._step = result.step
+        if verbose:
+            log.warning("%s trained to step %d: %s", self.name, result.step, result.metrics)
         return result
 
     async def delete_checkpoints(self, best_checkpoint_metric: str = "val/reward") -> list[int]:

@@ -10,11 +10,12 @@ and everything else is a plain message (context). Round-trips losslessly through
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import time
 import traceback
-from typing import Any, Iterable, Union
+from typing import Any, AsyncIterator, Iterable, Union
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -39,6 +40,28 @@ def _as_message_or_choice(item: Any) -> MessageOrChoice:
     raise TypeError(f"messages_and_choices holds a {type(item).__name__}; expected a dict message or a Choice")
 
 
+class History(BaseModel):
+    """Another conversation that belongs to a rollout (a sub-agent's, or one after the context was reset).
+
+    Set on `Trajectory.additional_histories`; each one is trained as a sequence of its own, with the
+    trajectory's advantage (as ART does).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    messages_and_choices: MessagesAndChoices = Field(default_factory=list)
+    tools: Tools | None = None
+
+    @field_validator("messages_and_choices", mode="before")
+    @classmethod
+    def _parse_items(cls, value: Iterable[Any]) -> MessagesAndChoices:
+        return [_as_message_or_choice(item) for item in value]
+
+    def messages(self) -> Messages:
+        """The conversation as plain chat messages (choices turned into assistant messages)."""
+        return [choice_to_message(m) if isinstance(m, Choice) else m for m in self.messages_and_choices]
+
+
 class Trajectory(BaseModel):
     """One rollout: messages, sampled choices, tools offered, reward and what was measured."""
 
@@ -46,6 +69,7 @@ class Trajectory(BaseModel):
 
     messages_and_choices: MessagesAndChoices = Field(default_factory=list)
     tools: Tools | None = None
+    additional_histories: list[History] = Field(default_factory=list)
     reward: float = 0.0
     metrics: dict[str, float | int | bool] = Field(default_factory=dict)
     metadata: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
@@ -72,6 +96,36 @@ class Trajectory(BaseModel):
     def log(self, line: str) -> None:
         self.logs.append(line)
 
+    @contextlib.asynccontextmanager
+    async def track_duration(self, name: str) -> AsyncIterator[None]:
+        """Add the seconds spent in the block to metrics[f"{name}_duration"] (summed over repeated uses).
+
+            async with trajectory.track_duration("llm"):
+                reply = await client.chat.completions.create(...)
+        """
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            key = f"{name}_duration"
+            self.metrics[key] = float(self.metrics.get(key, 0.0)) + time.monotonic() - start
+
+    def for_logging(self) -> dict[str, Any]:
+        """A JSON-ready dict for logs and tables: reward, metrics, metadata, logs, plain messages, tools.
+
+            >>> Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0).for_logging()["reward"]
+            1.0
+        """
+        return {
+            "reward": self.reward,
+            "metrics": dict(self.metrics),
+            "metadata": dict(self.metadata),
+            "messages": self.messages(),
+            "tools": self.tools,
+            "additional_histories": [{"messages": h.messages(), "tools": h.tools} for h in self.additional_histories],
+            "logs": list(self.logs),
+        }
+
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:  # Choices dump as plain dicts
         kwargs.setdefault("mode", "json")
         return super().model_dump(**kwargs)
@@ -93,7 +147,7 @@ def choice_to_message(choice: Choice) -> Message:
 
 
 class RolloutError(BaseModel):
-    """A rollout that raised, kept in its group so nothing about the failure is lost."""
+    """A rollout that raised, kept in its group so nothing about the failure is lost (ART: PydanticException)."""
 
     type: str
     message: str
@@ -136,11 +190,19 @@ class TrajectoryGroup(BaseModel):
             return PendingGroup(list(trajectories), data.get("metadata"))
         return super().__new__(cls)
 
-    def __init__(self, trajectories: Iterable[Trajectory] | None = None, **data: Any) -> None:
+    def __init__(self, trajectories: Iterable[Trajectory | BaseException] | None = None, **data: Any) -> None:
         if getattr(self, "__pydantic_fields_set__", None) is not None:
             return  # already built by __new__ from a one-shot iterator
         if trajectories is not None:
             data["trajectories"] = list(trajectories)
+        # ART accepts exceptions mixed into the trajectories (and as exceptions=[...]): keep them as errors.
+        items = list(data.get("trajectories") or [])
+        errors = [i for i in items if isinstance(i, BaseException)]
+        if errors:
+            data["trajectories"] = [i for i in items if not isinstance(i, BaseException)]
+        extra = [e if not isinstance(e, BaseException) else RolloutError.from_exception(e) for e in data.get("exceptions") or []]
+        if errors or extra:
+            data["exceptions"] = extra + [RolloutError.from_exception(e) for e in errors]
         super().__init__(**data)
 
     def __len__(self) -> int:
@@ -151,6 +213,9 @@ class TrajectoryGroup(BaseModel):
 
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
+
+
+PydanticException = RolloutError  # ART's name for a stored exception
 
 
 def write_jsonl(groups: Iterable[TrajectoryGroup], f) -> int:

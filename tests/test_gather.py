@@ -81,3 +81,37 @@ async def test_a_rollout_that_returns_something_else_is_refused():
 
     with pytest.raises(TypeError, match="must return a Trajectory"):
         await gather_trajectory_groups([[bad()]], pbar_desc=None)
+
+
+async def test_after_each_may_return_a_list_of_groups_which_is_flattened():
+    async def split(group):
+        return [TrajectoryGroup([t]) for t in group.trajectories]
+
+    out = await gather_trajectory_groups([[rollout(1.0), rollout(2.0)], [rollout(3.0)]], after_each=split, pbar_desc=None)
+    assert [g.rewards() for g in out] == [[1.0], [2.0], [3.0]]
+
+
+async def test_progress_bar_ends_with_every_trajectory_and_group_counted(capsys):
+    async def slow_judge(group):
+        await asyncio.sleep(0.05)  # the judge finishes after the last trajectory
+        return group
+
+    groups = [[rollout(float(i), delay=0.01 * i) for _ in range(2)] for i in range(4)]
+    await gather_trajectory_groups(groups, after_each=slow_judge, pbar_desc="gather", max_metrics=1)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "8/8" in last and "groups=4/4" in last and "exceptions=0" in last, last
+    assert "total_completion_tokens=0" in last and "reward=" in last
+
+
+async def test_gather_trajectories_returns_tolerated_exceptions_in_place():
+    from art_core import gather_trajectories
+
+    out = await gather_trajectories([rollout(1.0), rollout(0.0, fail=True), rollout(2.0)], max_exceptions=1, pbar_desc=None)
+    assert out[0].reward == 1.0 and isinstance(out[1], ValueError) and out[2].reward == 2.0
+    with pytest.raises(ValueError):
+        await gather_trajectories([rollout(0.0, fail=True)], pbar_desc=None)
+
+
+async def test_a_group_of_coroutines_can_be_awaited_on_its_own():
+    group = await TrajectoryGroup(rollout(float(i)) for i in range(3))
+    assert sorted(group.rewards()) == [0.0, 1.0, 2.0]

@@ -58,3 +58,47 @@ def test_unregistered_model_says_what_to_do():
         model.openai_client()
     with pytest.raises(RuntimeError, match="await model.register"):
         model.backend
+
+
+async def test_log_records_a_split_in_history_and_its_trajectories(tmp_path):
+    from art_core import Trajectory, TrajectoryGroup
+    from art_core.reporting import read_history
+    from art_core.storage import Storage
+
+    backend = RecordingBackend()
+    backend.storage = Storage(str(tmp_path))
+    model = TrainableModel(name="agent-1", project="retail", base_model="/m")
+    await model.register(backend)
+    groups = [TrajectoryGroup([Trajectory(reward=1.0, metrics={"win": 1}), Trajectory(reward=0.0, metrics={"win": 0})])]
+    logged = await model.log(groups, split="train", metrics={"loss": 0.25, "train/grad_norm": 2.0}, step=4)
+    assert logged == {"train/exception_rate": 0.0, "train/reward": 0.5, "train/reward_std_dev": 0.5,
+                      "train/win": 0.5, "train/loss": 0.25, "train/grad_norm": 2.0}  # fmt: skip
+    await model.log([Trajectory(reward=0.75), ValueError("broke")])  # loose trajectories: one val group, step 3
+    history = read_history(backend.storage, "retail", "agent-1")
+    assert [(r["step"], r.get("train/reward"), r.get("val/reward"), r.get("val/exception_rate")) for r in history] == [
+        (4, 0.5, None, None), (3, None, 0.75, 0.5)]  # fmt: skip
+    assert backend.storage.exists(backend.storage.trajectories_path("retail", "agent-1", "val", 3))
+
+    gpt = Model(name="openai/gpt-4.1", project="retail")
+    await gpt.register(backend)
+    await gpt.log([Trajectory(reward=0.25)], split="val")
+    assert read_history(backend.storage, "retail", "openai--gpt-4.1")[0]["val/reward"] == 0.25
+
+
+async def test_model_train_takes_arts_keywords():
+    backend = RecordingBackend()
+    seen = {}
+
+    async def train(model, groups, config=None):
+        seen["config"] = config
+        return TrainResult(step=5)
+
+    backend.train = train
+    model = TrainableModel(name="agent-1", project="retail", base_model="/m")
+    await model.register(backend)
+    from art_core import TrainConfig
+
+    result = await model.train(trajectory_groups=[], config=TrainConfig(learning_rate=1e-4), _config={"epsilon": 0.3},
+                               verbose=True)  # fmt: skip
+    assert result.step == 5 and model.get_inference_name() == "agent-1@5"
+    assert (seen["config"].learning_rate, seen["config"].epsilon) == (1e-4, 0.3)

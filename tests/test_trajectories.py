@@ -70,3 +70,34 @@ def test_group_keeps_rewards_and_finish_records_duration():
     t = make_trajectory().finish()
     assert t.metrics["duration"] >= 0
     assert TrajectoryGroup([t]).rewards() == [0.75]
+
+
+async def test_track_duration_sums_the_time_spent_in_each_block():
+    import asyncio
+
+    t = Trajectory()
+    for _ in range(2):
+        async with t.track_duration("llm"):
+            await asyncio.sleep(0.02)
+    assert 0.04 <= t.metrics["llm_duration"] < 1.0
+
+
+def test_additional_histories_round_trip_and_show_in_for_logging():
+    from art_core import History
+
+    t = Trajectory(
+        messages_and_choices=[{"role": "user", "content": "main"}, sampled_choice()],
+        additional_histories=[History(messages_and_choices=[{"role": "user", "content": "sub"}, sampled_choice()])],
+        reward=0.5,
+    )
+    again = Trajectory.model_validate_json(t.model_dump_json())
+    assert again == t and isinstance(again.additional_histories[0].messages_and_choices[1], Choice)
+    logged = t.for_logging()
+    assert logged["reward"] == 0.5 and logged["messages"][1]["role"] == "assistant"
+    assert logged["additional_histories"][0]["messages"][0]["content"] == "sub"
+
+
+def test_exceptions_given_with_the_trajectories_are_kept_as_errors():
+    g = TrajectoryGroup([Trajectory(reward=1.0), RuntimeError("rollout broke")], exceptions=[KeyError("k")])
+    assert g.rewards() == [1.0]
+    assert [e.type for e in g.exceptions] == ["KeyError", "RuntimeError"]

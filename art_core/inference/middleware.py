@@ -1,4 +1,12 @@
-"""ASGI middleware loaded into the vLLM server (`--middleware`): unknown-model errors list every served name.
+"""ASGI middleware loaded into the vLLM server (`--middleware`): logprobs on every request, and
+unknown-model errors that list every served name.
+
+Logprobs by default: ART's server returns each sampled token's logprob (and, with the server's
+`--return-tokens-as-token-ids`, its id) on every request, so ART rollouts never ask for them, and our
+trainer needs them. This middleware adds `logprobs` to each /v1/chat/completions and /v1/completions
+request that does not ask for it (chat: `"logprobs": true`; completions: `"logprobs": 0`, the sampled
+token only). Any client gets them, whether it uses `model.openai_client()` or builds its own. A
+request that asks for top logprobs keeps what it asked for.
 
 vLLM's own 404 names only the base model ("Valid aliases: tiny"), so a rollout asking for `agent@7`
 when steps 1-3 are loaded cannot tell what it may ask for. This middleware rewrites that one error to
@@ -6,8 +14,8 @@ list the base model and every loaded adapter:
 
     The model `agent@7` is not served here. Served names: tiny, agent@1, agent@2, agent@3, agent.
 
-It runs inside the server process and only touches 404 responses; every other response passes through
-untouched (no buffering), so it costs nothing on the hot path.
+It runs inside the server process; only sampling requests' bodies and 404 responses are buffered, and
+every other message passes through untouched (bench/inference.py measures the cost: none measurable).
 """
 
 from __future__ import annotations
@@ -19,6 +27,47 @@ Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+SAMPLING_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def with_logprobs(body: bytes, path: str) -> bytes | None:
+    """The request body with logprobs turned on, or None when it already asks for them (or is not JSON).
+
+        >>> with_logprobs(b'{"model": "m", "messages": []}', "/v1/chat/completions")
+        b'{"model": "m", "messages": [], "logprobs": true}'
+    """
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None  # vLLM answers malformed JSON with its own 400
+    if not isinstance(payload, dict):
+        return None
+    if path.endswith("/chat/completions"):
+        if payload.get("logprobs") is True:
+            return None
+        payload["logprobs"] = True
+    else:
+        if isinstance(payload.get("logprobs"), int) and not isinstance(payload.get("logprobs"), bool):
+            return None
+        payload["logprobs"] = 0  # completions: the sampled token's logprob only
+    return json.dumps(payload).encode()
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:
+    """The whole request body, and any non-body message received meanwhile (a disconnect)."""
+    chunks: list[bytes] = []
+    others: list[Message] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            others.append(message)
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks), others
 
 
 def served_names(app: Any) -> list[str]:
@@ -48,8 +97,8 @@ def rewrite_unknown_model(body: bytes, names: list[str]) -> bytes | None:
     return json.dumps(payload).encode()
 
 
-class ServedNamesOn404:
-    """Pure ASGI middleware: buffer 404 responses only, and rewrite the unknown-model one."""
+class ServerDefaults:
+    """Pure ASGI middleware: logprobs on sampling requests; the unknown-model 404 lists served names."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
@@ -58,6 +107,8 @@ class ServedNamesOn404:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
+        if scope.get("method") == "POST" and scope.get("path", "").endswith(SAMPLING_PATHS):
+            scope, receive = await self._ask_for_logprobs(scope, receive)
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -83,3 +134,22 @@ class ServedNamesOn404:
                 await send({"type": "http.response.body", "body": body, "more_body": False})
 
         await self.app(scope, receive, send_wrapper)
+
+    @staticmethod
+    async def _ask_for_logprobs(scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+        body, others = await _read_body(receive)
+        new = with_logprobs(body, scope["path"])
+        if new is not None:
+            body = new
+            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+            scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}, *others]
+
+        async def replayed() -> Message:
+            return replay.pop(0) if replay else await receive()
+
+        return scope, replayed
+
+
+# The name server.py loads with --middleware.
+ServedNamesOn404 = ServerDefaults
