@@ -1,0 +1,82 @@
+"""The temporary Prefect server a flow run starts (PREFECT_API_URL unset) dies with the flow's process.
+
+A subprocess runs a trivial flow that calls `guard_temporary_server()` first, as every flow of ours does,
+and is killed with SIGKILL in the middle of the flow. Prefect stops that server only from `atexit`,
+which a SIGKILL skips; the watchdog must end it within 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+FLOW = """
+import json, time
+from prefect import flow
+from flows.lifetime import guard_temporary_server
+
+@flow
+def trivial() -> None:
+    print(json.dumps(guard_temporary_server()), flush=True)
+    time.sleep(600)  # killed here, mid-flow
+
+if __name__ == "__main__":
+    trivial()
+"""
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_sigkill_mid_flow_ends_the_temporary_prefect_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    # A database of its own: never the developer's ~/.prefect, which other runs may be using.
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+    flow = subprocess.Popen([sys.executable, "-c", FLOW], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    tree: list[psutil.Process] = []
+    try:
+        line = ""
+        while line[:1] != "[":  # Prefect may print its own lines to stdout first
+            line = flow.stdout.readline()
+            assert line, f"the flow exited before it started (exit code {flow.wait()})"
+        guarded = json.loads(line)
+        tree = psutil.Process(flow.pid).children(recursive=True)
+        servers = [p for p in tree if "prefect.server.api.server:create_app" in " ".join(p.cmdline())]
+        assert [p.pid for p in servers] == guarded and len(guarded) == 1  # the temporary server, guarded
+
+        t0 = time.monotonic()
+        flow.send_signal(signal.SIGKILL)
+        flow.wait()
+        while any(_running(p) for p in tree) and time.monotonic() - t0 < 5.0:
+            time.sleep(0.05)
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in tree if _running(p)]
+        assert left == [], f"outlived the flow's process by 5 s: {left}"
+    finally:
+        if flow.poll() is None:
+            flow.kill()
+            flow.wait()
+        for p in tree:  # only when the test failed: leave no server behind (by id)
+            if _running(p):
+                p.kill()
+
+
+def test_no_temporary_server_means_nothing_to_guard():
+    """A process that never started a temporary server (a worker talking to its server) guards nothing."""
+    code = (
+        "import sys; from flows.lifetime import guard_temporary_server\n"
+        "print(guard_temporary_server(), 'prefect.server.api.server' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] False"  # and it did not load Prefect's server app to find that out
