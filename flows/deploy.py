@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from art_core.deploy import read_promoted
 from art_core.settings import get_settings
 from flows.config import DeployConfig
+from flows.lifetime import guard_temporary_server
 from flows.train import refs
 from tasks import export_adapter, serve_step
 from tasks._async import run_sync
@@ -32,6 +33,7 @@ class DeploySummary(BaseModel):
 @flow(name="deploy", log_prints=True)
 def deploy_flow(config: DeployConfig) -> DeploySummary:
     """Deploy one step: the one asked for, else the promoted one, else the latest."""
+    guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
     ref, _ = refs(run)
     storage = ref.storage()

@@ -15,6 +15,7 @@ from prefect.artifacts import create_markdown_artifact
 from art_core.evaluate import EvalReport
 from art_core.reporting import eval_markdown
 from flows.config import EvaluateConfig
+from flows.lifetime import guard_temporary_server
 from flows.reporting import artifact_key
 from flows.train import policy_of, refs
 from tasks import evaluate, evaluate_prompted, result_storage_for
@@ -23,6 +24,7 @@ from tasks import evaluate, evaluate_prompted, result_storage_for
 @flow(name="evaluate", log_prints=True)
 def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first."""
+    guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
     ref, rollout = refs(run)
     storage = ref.storage()

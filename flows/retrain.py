@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from art_core.deploy import decide, promote, read_promoted
 from flows.config import RetrainConfig
+from flows.lifetime import guard_temporary_server
 from flows.train import policy_of, refs, train
 from tasks import evaluate, export_adapter, result_storage_for
 
@@ -32,6 +33,7 @@ class RetrainSummary(BaseModel):
 @flow(name="retrain", log_prints=True)
 def retrain(config: RetrainConfig) -> RetrainSummary:
     """Train `extra_steps` beyond the latest checkpoint and promote the result only if it is better."""
+    guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
     ref, rollout = refs(run)
     storage = ref.storage()

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from art_core.rollouts import checkpoint_fingerprint
 from flows.config import RunConfig
+from flows.lifetime import guard_temporary_server
 from flows.reporting import publish_run_report
 from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
 from tasks.specs import ModelRef, RolloutSpec
@@ -68,6 +69,7 @@ def write_model_json(ref: ModelRef, config: RunConfig) -> None:
 @flow(name="train", log_prints=True)
 def train(config: RunConfig) -> TrainSummary:
     """Train `config.model` until `config.steps` steps exist; resume whatever is already done."""
+    guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     ref, rollout = refs(config)
     results = result_storage_for(config.storage_url)
     gather = gather_trajectories.with_options(result_storage=results)
