@@ -185,11 +185,15 @@ class EvaluateConfig(_Strict):
     baseline_model: str | None = Field(None, description="A prompted model as the baseline instead (e.g. gpt-4o-mini), "
                                        "served at baseline_url; its key comes from ART_BASELINE_API_KEY.")  # fmt: skip
     baseline_url: str | None = Field(None, description="OpenAI-compatible base URL of baseline_model; None: run.inference_url.")
+    prompted_only: bool = Field(False, description="Evaluate baseline_model alone (e.g. a hosted model on tau2): "
+                                "no trained step, no vLLM server of ours.")  # fmt: skip
 
     @model_validator(mode="after")
     def _baseline_reachable(self) -> "EvaluateConfig":
         if self.baseline_model and not (self.baseline_url or self.run.inference_url):
             raise ValueError("baseline_model needs baseline_url (or run.inference_url): where is it served?")
+        if self.prompted_only and not self.baseline_model:
+            raise ValueError("prompted_only evaluates baseline_model: name the model (and its baseline_url)")
         return self
 
 

@@ -5,6 +5,8 @@
 
 Each evaluation is a cached task (a checkpoint never changes), so asking again costs nothing. The
 markdown report (reward and pass^k per step) is published as an artifact and stored in reports/.
+On tau2-retail / tau2-airline it also lists the leaderboard's figures, and `prompted_only=True` evaluates
+a hosted model alone (see the README's tau2 section).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from art_core.envs.tau2.published import reference_markdown
 from art_core.evaluate import EvalReport
 from art_core.reporting import eval_markdown
 from flows.config import EvaluateConfig
@@ -28,7 +31,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     run = config.run
     ref, rollout = refs(run)
     storage = ref.storage()
-    steps = list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
+    steps = [] if config.prompted_only else list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
     missing = [s for s in steps if s > 0 and not storage.is_complete(storage.checkpoint_path(run.project, run.model, s))]
     if missing:
         raise ValueError(f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
@@ -48,7 +51,14 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     else:
         baseline = one(config.baseline_step) if config.baseline_step is not None else None
     reports = [one(s) for s in steps if config.baseline_model or s != config.baseline_step]
-    md = eval_markdown(reports, title=f"{run.model} on {e.split}", baseline=baseline)
+    rows, shown_baseline = (reports, baseline) if reports else ([baseline] if baseline else [], None)  # prompted_only: one row
+    md = eval_markdown(rows, title=f"{run.model} on {e.split}", baseline=shown_baseline)
+    # tau2-bench environments: the leaderboard's figures, and where this run departs from tau2's protocol
+    reference = reference_markdown(run.environment.name, run.environment.options, run.sampling.model_dump(),
+                                   split=e.split, scenarios=e.scenarios, trials=e.trials)  # fmt: skip
+    if reference:
+        md = md.replace(f"# {run.model} on {e.split}", f"# {run.model} on {run.environment.name} {e.split}", 1) + "\n" + reference
+        storage.write_text(ref.path("reports", f"eval-{run.environment.name}-{e.split}.md"), md)  # one per domain
     storage.write_text(ref.path("reports", "eval-compare.md"), md)
     create_markdown_artifact(key=artifact_key(run.project, run.model, "eval-compare"), markdown=md,
                              description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}")  # fmt: skip
