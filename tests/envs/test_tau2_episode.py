@@ -112,6 +112,16 @@ async def test_the_customer_may_end_at_once_and_forced_calls_send_a_regex(fake_c
     assert traj.metadata["stop_reason"] == "user_stop" and traj.metrics["turns"] == 0 and traj.metrics["r_db"] == 1.0
 
 
+async def test_a_hosted_agent_is_not_sent_vllms_extras(fake_chat_server):
+    f = fake_chat_server
+    env = env_for(f, sampler_extras=False)
+    f.script("user-sim", [f.say("Hello."), f.say(f"Bye. {STOP}")])
+    f.script("agent", [f.say("Goodbye.")])
+    await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("test")[0], temperature=0.0)
+    sent = [r for r in f.requests if r["model"] == "agent"][0]
+    assert "return_tokens_as_token_ids" not in sent and sent["logprobs"] is False  # OpenAI's API refuses the former
+
+
 # ---- the tiny model served by vLLM plays the agent and the customer ----
 
 @pytest.mark.vllm

@@ -78,6 +78,9 @@ class Tau2Options(BaseModel):
     eval_tasks: Literal["test", "base"] = "test"  # what "test" (and "val") hold: tau2's test split or all tasks
     force_tool_calls: bool = False  # test models: constrain each agent turn with a vLLM structured-outputs regex
     forced_message_chars: int = Field(0, ge=0)  # with force_tool_calls: also admit a plain message this long (0: calls only)
+    # ask the agent's server for logprobs and sampled token ids (vLLM; what training needs). False for a hosted
+    # API that refuses vLLM's `return_tokens_as_token_ids` (OpenAI's does) or logprobs (reasoning models)
+    sampler_extras: bool = True
 
 
 @dataclass
@@ -162,6 +165,8 @@ class Tau2Env(Environment):
         o = self.options
         if o.force_tool_calls:
             extra_body["structured_outputs"] = {"regex": self.forced_regex()}
+        if not o.sampler_extras:
+            extra_body.pop("return_tokens_as_token_ids", None)
         db = fresh_copy(self.data.db)
         user = Tau2User(task, o.user)
         tools = self.tools()
@@ -180,7 +185,7 @@ class Tau2Env(Environment):
                 break
             turns += 1
             completion = await client.chat.completions.create(
-                model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=extra_body, **sampling
+                model=model, messages=traj.messages(), tools=tools, logprobs=o.sampler_extras, extra_body=extra_body or None, **sampling
             )
             choice = completion.choices[0]
             traj.messages_and_choices.append(choice)
