@@ -170,7 +170,7 @@ async def test_nl_assertions_go_through_the_judge(retail, judge):
     task, db, messages = gold_run(retail, "36")
     assertions = task["evaluation_criteria"]["nl_assertions"]
     metrics, details = await score(task["evaluation_criteria"], retail.gold("36"), db, messages, terminated=True, judge=judge_config(judge))
-    assert metrics["reward"] == 1.0 and metrics["r_nl_assertion"] == 1.0 and metrics["judge_calls"] == 1.0 and metrics["judge_cost_usd"] > 0
+    assert metrics["reward"] == 1.0 and metrics["r_nl_assertion"] == 1.0 and metrics["nl_judge_calls"] == 1.0 and metrics["nl_judge_cost_usd"] > 0
     sent = judge.requests[-1]
     assert sent["temperature"] == 0.0 and list(judge.ids(sent)) == [f"assertion_{i + 1}" for i in range(len(assertions))]
     assert all(a in sent["messages"][-1]["content"] for a in assertions) and "Here is everything" in sent["messages"][-1]["content"]
@@ -197,7 +197,7 @@ async def test_verdicts_are_cached_under_the_storage_root(retail, judge, tmp_pat
     task, db, messages = gold_run(retail, "36")
     first, _ = await score(task["evaluation_criteria"], retail.gold("36"), db, messages, terminated=True, judge=judge_config(judge, cache=True))
     again, _ = await score(task["evaluation_criteria"], retail.gold("36"), db, messages, terminated=True, judge=judge_config(judge, cache=True))
-    assert len(judge.requests) == 1 and first["reward"] == again["reward"] == 1.0 and again["judge_cache_hits"] == 1.0
+    assert len(judge.requests) == 1 and first["reward"] == again["reward"] == 1.0 and again["nl_judge_cache_hits"] == 1.0
     assert list((tmp_path / "_cache" / "ruler").glob("*.json"))
 
 
@@ -206,3 +206,21 @@ def test_the_reply_schema_names_exactly_the_assertions():
     assert list(model.model_json_schema()["properties"]) == ["assertion_1", "assertion_2"]
     with pytest.raises(ValueError):
         model.model_validate({"assertion_1": {"explanation": "", "met": True}})
+
+
+async def test_an_episode_whose_judge_fails_raises_instead_of_scoring(judge, fake_chat_server):
+    from openai import AsyncOpenAI
+
+    f = fake_chat_server
+    env = load_environment("tau2-retail", user={"model": "openai/user-sim", "api_base": f.base_url, "api_key": "test"},
+                           judge=judge_config(judge).model_dump())  # fmt: skip
+    scenario = next(s for s in env.scenarios("test") if s.id == "36")
+    actions = scenario.data["task"]["evaluation_criteria"]["actions"]
+    f.script("user-sim", [f.say("Hi."), f.say("Thanks! ###STOP###")] * 2)
+    f.script("agent", [f.tool_call(a["name"], a["arguments"]) for a in actions] + [f.say("Done.")])
+    traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
+    assert traj.reward == 1.0 and traj.metrics["r_nl_assertion"] == 1.0 and traj.metadata["reward_details"]["nl_assertions"]
+    judge.fail_marker, judge.fail_behaviour = "expected_outcomes", "500"
+    f.script("agent", [f.tool_call(a["name"], a["arguments"]) for a in actions] + [f.say("Done.")])
+    with pytest.raises(JudgeError):
+        await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)

@@ -157,7 +157,7 @@ async def score(
     if "NL_ASSERTION" in basis and assertions:
         verdicts, usage = await judge_assertions(assertions, messages, judge)
         metrics["r_nl_assertion"] = float(all(v["met"] for v in verdicts))
-        metrics.update(usage.as_metrics())
+        metrics.update(usage.as_metrics(prefix="nl_judge_"))  # apart from RULER's judge_* group metrics
         details["nl_assertions"] = verdicts
     unknown = set(basis) - {"DB", "COMMUNICATE", "NL_ASSERTION"}
     if unknown:  # ACTION / ENV_ASSERTION: no retail or airline task uses them; refuse rather than ignore
