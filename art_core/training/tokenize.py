@@ -214,3 +214,37 @@ def tokenize_trajectory(
         old_logprobs=old,
         reward=trajectory.reward,
     )
+
+
+def tokenize_histories(
+    trajectory: Trajectory,
+    tokenizer: Any,
+    *,
+    group_index: int = 0,
+    trajectory_index: int = 0,
+    max_seq_len: int | None = None,
+) -> list[TokenizedTrajectory]:
+    """The trajectory's main conversation and each of its `additional_histories`, each its own sequence.
+
+    As in ART, a history (a sub-agent's conversation, or one after a context reset) is trained with the
+    trajectory's reward, hence its advantage; `extra["history"]` is 0 for the main conversation and k for
+    additional history k. A conversation without a sampled Choice is context only and yields no sequence;
+    a trajectory with none anywhere raises TrajectoryError.
+
+        >>> seqs = tokenize_histories(traj, tokenizer)        # doctest: +SKIP
+        >>> [s.extra["history"] for s in seqs]                 # doctest: +SKIP
+        [0, 1, 2]
+    """
+    parts = [trajectory] + [
+        Trajectory(messages_and_choices=h.messages_and_choices, tools=h.tools, reward=trajectory.reward)
+        for h in trajectory.additional_histories
+    ]
+    out = []
+    for k, part in enumerate(parts):
+        if not any(isinstance(m, Choice) for m in part.messages_and_choices) and (out or k < len(parts) - 1):
+            continue  # context only; the last part raises below if nothing at all was sampled
+        seq = tokenize_trajectory(part, tokenizer, group_index=group_index, trajectory_index=trajectory_index,
+                                  max_seq_len=max_seq_len)  # fmt: skip
+        seq.extra["history"] = k
+        out.append(seq)
+    return out
