@@ -5,6 +5,8 @@
     adapter_model.safetensors, adapter_config.json   the peft adapter; vLLM loads the folder as a LoRA
     optimizer.pt                                      AdamW state, so a resumed run continues exactly
     trainer_state.json                                step, base model, config and metrics of the step
+    tokenizer.json, tokenizer_config.json, ...        the base model's tokenizer and chat template, so a
+                                                      checkpoint folder is usable on its own (as in ART)
     COMPLETE                                          written last by Storage.put_dir; without it the
                                                       checkpoint does not exist for anyone
 
@@ -32,9 +34,16 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def save_checkpoint(
-    storage: Storage, project: str, name: str, step: int, model: Any, optimizer: Any, state: dict[str, Any]
+    storage: Storage,
+    project: str,
+    name: str,
+    step: int,
+    model: Any,
+    optimizer: Any,
+    state: dict[str, Any],
+    tokenizer: Any = None,
 ) -> str:
-    """Write adapter + optimizer + trainer state as checkpoint `step`; returns its storage path."""
+    """Write adapter + optimizer + trainer state (+ the tokenizer's files) as checkpoint `step`; returns its path."""
     import torch
 
     path = storage.checkpoint_path(project, name, step)
@@ -43,6 +52,9 @@ def save_checkpoint(
         torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_FILE))
         with open(os.path.join(tmp, STATE_FILE), "w") as f:
             json.dump(state, f, indent=2, sort_keys=True, default=str)
+        if tokenizer is not None:
+            # Before put_dir, which writes the COMPLETE marker last: a complete checkpoint always has them.
+            tokenizer.save_pretrained(tmp)
         if storage.exists(path):
             # A rerun of this step (or a half-written leftover): take its marker away before replacing files.
             storage.delete(storage.join(path, CHECKPOINT_MARKER))
@@ -94,7 +106,7 @@ def prune_checkpoints(storage: Storage, project: str, name: str, best_metric: st
     if len(steps) <= 1:
         return []
     latest = steps[-1]
-    history = storage.read_jsonl(storage.join(storage.model_path(project, name), "history.jsonl"))
+    history = storage.model(project, name).read_history()
     scores: dict[int, float] = {}
     for record in history:
         value, step = _metric(record, best_metric), record.get("step")

@@ -12,11 +12,19 @@ Fields under "experimental" may change meaning between releases.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# The registries stay the one source of names: the Literals below are built from them, so a loss added
+# to LOSSES shows up in the JSON schema (Prefect's UI draws a drop-down from its `enum`) without an edit here.
+# losses.py imports torch only inside its functions, so this import keeps the config light.
+from art_core.training.losses import AGGREGATIONS, LOSSES
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+LossName = Literal.__getitem__(tuple(LOSSES))  # type: ignore[misc]  # Literal["clipped_ratio", "cispo"]
+AggregationName = Literal.__getitem__(tuple(AGGREGATIONS))  # type: ignore[misc]
 
 
 class TrainConfig(BaseModel):
@@ -45,7 +53,8 @@ class TrainConfig(BaseModel):
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha (scaling = alpha / rank).")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout; 0 keeps steps deterministic.")
     lora_target_modules: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+        # A plain default (pydantic copies it per instance), so the JSON schema and Prefect's form show it.
+        list(DEFAULT_LORA_TARGETS),
         description="Module names LoRA wraps (ART: attention and MLP projections).",
     )
 
@@ -64,8 +73,8 @@ class TrainConfig(BaseModel):
     )
 
     # ---- loss (ART/TRL: token-level clipped ratio, eps 0.2, no KL) ----
-    loss: str = Field("clipped_ratio", description="Name of a loss in art_core.training.losses.LOSSES.")
-    aggregation: str = Field(
+    loss: LossName = Field("clipped_ratio", description="Name of a loss in art_core.training.losses.LOSSES.")
+    aggregation: AggregationName = Field(
         "token_mean",
         description="How token losses become one number (art_core.training.losses.AGGREGATIONS): 'token_mean' "
         "averages over every trainable token of the step (ART; TRL's 'dapo'), 'sequence_mean' averages each "
@@ -92,19 +101,45 @@ class TrainConfig(BaseModel):
     tokens_per_row: int | None = Field(
         None,
         ge=8,
-        description="Packed row length: sequences are packed into rows of at most this many tokens, one row per "
-        "forward pass, so no compute goes to padding; a longer sequence gets a row of its own. None: 4 x the "
-        "model's hidden size, at least 512. Segments are kept apart by a block-diagonal mask that SDPA computes "
-        "densely, so a row's attention costs grow with its length squared; rows this short keep that cost "
-        "below the linear layers' (measured in bench/trainer.py).",
+        description="Packed row length: sequences are packed into rows of at most this many tokens, so no compute "
+        "goes to padding; a longer sequence gets a row of its own. None: one row per forward pass when "
+        "packed_attention keeps segments apart without a mask (attention then costs the sum of the segments' "
+        "squared lengths, whatever the row's length); with packed_attention='mask', 4 x the model's hidden "
+        "size, at least 512, because that mask is dense and its cost grows with the row length squared.",
     )
-
     tokens_per_forward: int | None = Field(
-        16384,
+        None,
         ge=8,
-        description="Packed rows are stacked into one forward pass while rows x the longest row stays within "
-        "this many tokens (fewer, larger matrix products); None runs one row per pass. Lower it if "
-        "activations run out of memory.",
+        description="Tokens of one forward pass (rows x the longest row); a step runs as many passes as it needs, "
+        "accumulating gradients. None: sized from the model's shape and memory_budget_gib "
+        "(art_core.training.memory), between 512 and 16384; the step's metrics say what was used "
+        "(tokens_per_pass, passes, peak_memory_gib).",
+    )
+    memory_budget_gib: float | None = Field(
+        None,
+        gt=0,
+        description="Memory for activations when tokens_per_forward is None. None: half the CUDA memory free "
+        "once the model is loaded (vLLM on the same GPU keeps its share), or 1 GiB on CPU.",
+    )
+    gradient_checkpointing: bool | None = Field(
+        None,
+        description="Recompute each decoder layer's activations in backward instead of keeping them: about a "
+        "third more compute for a fraction of the activation memory, so passes hold many more tokens. None: on "
+        "with CUDA, off on CPU (where memory is not the limit and compute is).",
+    )
+    packed_attention: Literal["auto", "segments", "flex", "mask"] = Field(
+        "auto",
+        description="How packed sequences are kept apart in attention (art_core.training.attention): 'flex' "
+        "(CUDA flex_attention over a block mask), 'segments' (SDPA per sequence, any device), 'mask' "
+        "(transformers' dense block-diagonal mask: memory grows with the row length squared). 'auto': flex "
+        "on CUDA where torch has it, else segments.",
+    )
+    logit_chunk_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Positions whose logits are computed at once (art_core.training.logprobs): no "
+        "[positions x vocabulary] tensor exists for a whole pass. None: 128 MiB of float32 logits per chunk on "
+        "CPU, 1 GiB on CUDA.",
     )
 
     # ---- precision and reproducibility ----
@@ -118,16 +153,20 @@ class TrainConfig(BaseModel):
         True, description="Experimental: report the policy entropy on trained tokens (costs a softmax over the vocab)."
     )
 
-    @model_validator(mode="after")
-    def _check_names(self) -> "TrainConfig":
-        # Import here: losses imports torch lazily, but its registries are plain dicts of names.
-        from art_core.training.losses import AGGREGATIONS, LOSSES
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _known_loss(cls, value: Any) -> Any:
+        # Before the Literal check, so the error names the registry and its choices in one line.
+        if isinstance(value, str) and value not in LOSSES:
+            raise ValueError(f"unknown loss {value!r}: use one of {', '.join(sorted(LOSSES))}")
+        return value
 
-        if self.loss not in LOSSES:
-            raise ValueError(f"unknown loss {self.loss!r}: use one of {', '.join(sorted(LOSSES))}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"unknown aggregation {self.aggregation!r}: use one of {', '.join(sorted(AGGREGATIONS))}")
-        return self
+    @field_validator("aggregation", mode="before")
+    @classmethod
+    def _known_aggregation(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {value!r}: use one of {', '.join(sorted(AGGREGATIONS))}")
+        return value
 
     @property
     def clip_high(self) -> float:

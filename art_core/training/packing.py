@@ -3,11 +3,11 @@
 Sequences are placed into rows of at most `tokens_per_row` tokens (first-fit decreasing); rows are
 stacked into forward passes of at most `tokens_per_forward` tokens, padded only up to the longest row
 of the pass (first-fit rows are nearly full, so little goes to padding). Segments of a row do not see
-each other: position ids restart at 0 for each segment (the padding is a segment of its own), and
-transformers turns restarting position ids into a block-diagonal causal mask when no attention mask
-is passed (`masking_utils.find_packed_sequence_indices`; with flash-attention on a GPU the same
-position ids drive varlen kernels). tests/training/test_packing.py checks that packed logprobs equal
-unpacked ones.
+each other: position ids restart at 0 for each segment (the padding is a segment of its own). The
+trainer attends within segments without a mask (attention.py: SDPA per segment, or flex_attention on
+CUDA), so a row may be as long as a pass; a model used as loaded gets transformers' block-diagonal
+causal mask from the restarting position ids (`masking_utils.find_packed_sequence_indices`).
+tests/training/test_packing.py checks that packed logprobs equal unpacked ones in every mode.
 
     >>> first_fit_decreasing([5, 3, 4, 2], capacity=8)
     [[0, 1], [2, 3]]
@@ -128,26 +128,32 @@ def pack_sequences(
 
 
 def batch_logprobs(
-    model: Any, batch: PackedBatch, *, with_entropy: bool = False
+    model: Any,
+    batch: PackedBatch,
+    *,
+    with_entropy: bool = False,
+    attention: str = "mask",
+    chunk_tokens: int | None = None,
 ) -> "tuple[torch.Tensor, torch.Tensor | None]":
     """Logprobs [N] of the batch's trained tokens under `model` (and their entropies [N] if asked).
 
-    Runs the decoder for hidden states and the LM head only on the positions that predict a trained
-    token, which keeps memory at N x vocab instead of R x L x vocab. Works on a peft model (LoRA layers
-    sit inside the decoder, and `disable_adapter()` still applies) and on a plain causal LM.
+    Runs the decoder for hidden states, then the LM head only on the positions that predict a trained
+    token, `chunk_tokens` positions at a time (logprobs.py), so no [positions x vocabulary] tensor
+    exists for the whole pass. `attention` is the packed-attention mode the model was switched to
+    (attention.packed_attention): 'segments' and 'flex' get the segment bounds they need; 'mask' (the
+    default, for a model used as loaded) leaves transformers to build its block-diagonal mask from the
+    restarting position ids. Works on a peft model (LoRA layers sit inside the decoder, and
+    `disable_adapter()` still applies) and on a plain causal LM.
     """
-    import torch
+    from art_core.training.attention import attention_kwargs
+    from art_core.training.logprobs import token_logprobs
 
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder, head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
-    hidden = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False).last_hidden_state
+    hidden = decoder(
+        input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
+        **attention_kwargs(batch.position_ids, attention),
+    ).last_hidden_state  # fmt: skip
     h = hidden[batch.target_row, batch.target_pos - 1]  # [N, d]: the state before each trained token
-    logits = head(h).float()  # [N, V]; float32 so log_softmax of bf16 logits stays accurate
-    logp_all = torch.log_softmax(logits, dim=-1)
     targets = batch.input_ids[batch.target_row, batch.target_pos]  # [N]
-    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    return token_logprobs(h, head, targets, with_entropy=with_entropy, chunk_tokens=chunk_tokens)

@@ -9,9 +9,13 @@ One step, as a reader would follow it:
     a fresh LoRA at step 0),
  2. tokenize every trajectory (tokenize.py), drop bad ones with a warning naming them,
  3. group-relative advantages (advantages.py); groups without signal are skipped and counted,
- 4. per mini-batch: aggregation weights, pack into rows and passes (packing.py), forward + loss
-    (losses.py) + backward per pass (gradient accumulation), clip the gradient norm, one AdamW step,
- 5. save checkpoint `step + 1` (checkpoints.py) and return its metrics.
+ 4. size a forward pass from the model and the memory budget (memory.py), switch attention to the
+    packed mode (attention.py) and activation checkpointing on or off,
+ 5. per mini-batch: aggregation weights, pack into rows and passes (packing.py), forward + chunked
+    log-probs (logprobs.py) + loss (losses.py) + backward per pass (gradient accumulation), clip the
+    gradient norm, one AdamW step,
+ 6. save checkpoint `step + 1` with the tokenizer (checkpoints.py) and return its metrics, which say
+    what the memory defaults chose: tokens_per_pass, passes, peak_memory_gib.
 
 Errors vs warnings. A problem with one trajectory or group (an empty group, a trajectory without a
 sampled Choice or without logprobs, a NaN reward, a sequence longer than max_seq_len) is a
@@ -37,9 +41,11 @@ from typing import Any
 from art_core.backend import TrainResult
 from art_core.storage import Storage
 from art_core.training.advantages import step_advantages
+from art_core.training.attention import choose_attention, packed_attention
 from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
 from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss
+from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
 from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_trajectory
 from art_core.trajectories import TrajectoryGroup
 
@@ -219,11 +225,37 @@ def train_step(
             raise
 
 
+def _set_checkpointing(model: Any, on: bool) -> None:
+    # Per step, not at load: the cached model serves runs with different configs.
+    causal_lm = model.get_base_model()
+    if on:
+        # Non-reentrant: correct with frozen embeddings (LoRA) without forcing input grads.
+        causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif causal_lm.is_gradient_checkpointing:
+        causal_lm.gradient_checkpointing_disable()
+
+
+def pass_shape(model: Any, config: TrainConfig, device: Any) -> tuple[int, int, bool, str]:
+    """(tokens per forward pass, tokens per packed row, activation checkpointing, attention mode) of a step.
+
+    >>> pass_shape(model, TrainConfig(), torch.device("cpu"))     # doctest: +SKIP
+    (16384, 16384, False, 'segments')
+    """
+    checkpointing = device.type == "cuda" if config.gradient_checkpointing is None else config.gradient_checkpointing
+    attention = choose_attention(config.packed_attention, device.type)
+    per_pass = config.tokens_per_forward
+    if per_pass is None:
+        dtype_bytes = next(model.parameters()).element_size()
+        per_token = model_per_token_bytes(model.config, dtype_bytes, checkpointing)
+        per_pass = tokens_per_pass(activation_budget(device, config.memory_budget_gib), per_token)
+    per_row = config.tokens_per_row
+    if per_row is None:
+        # Without a dense mask a row costs what its segments cost: one row per pass, no padding at all.
+        per_row = per_pass if attention != "mask" else max(512, 4 * int(getattr(model.config, "hidden_size", 128)))
+    return per_pass, per_row, checkpointing, attention
+
+
 def _train_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
-    import torch
-
-    from art_core.training.packing import batch_logprobs, pack_sequences
-
     started = time.time()
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -234,13 +266,16 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
     _set_hyperparameters(optimizer, config)
     max_len = config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
     seqs, counts = prepare_sequences(groups, state.tokenizer, config, max_len)
-    tokens_per_row = config.tokens_per_row or max(512, 4 * int(getattr(model.config, "hidden_size", 128)))
+    tokens_per_forward, tokens_per_row, checkpointing, attention = pass_shape(model, config, device)
+    _set_checkpointing(model, checkpointing)
     pad_id = state.tokenizer.pad_token_id or 0
     skipped_reasons = counts.pop("skipped_reasons")
 
     metrics: dict[str, Any] = {**counts, "loss": 0.0, "clip_fraction": 0.0, "kl_to_sampler": 0.0, "entropy": 0.0,
                                "grad_norm": 0.0, "trainable_tokens": 0, "tokens": 0, "trained_trajectories": len(seqs),
-                               "learning_rate": config.learning_rate}
+                               "learning_rate": config.learning_rate, "tokens_per_pass": tokens_per_forward,
+                               "tokens_per_row": tokens_per_row, "passes": 0, "peak_memory_gib": 0.0,
+                               "gradient_checkpointing": int(checkpointing)}
     if config.beta > 0:
         metrics["kl"] = 0.0
     if not seqs:
@@ -248,69 +283,87 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
         metrics["nothing_trained_reason"] = f"no group had a reward signal ({why})"
         log.warning("step %d of %s/%s trains nothing: %s", step, project, name, metrics["nothing_trained_reason"])
     else:
-        rng = random.Random(config.seed * 100003 + step)
-        order = list(range(len(seqs)))
-        rng.shuffle(order)
-        n_batches = min(config.num_optimizer_steps, len(seqs))
-        batches = [[seqs[i] for i in order[b::n_batches]] for b in range(n_batches)]
-        total = LossStats()
-        entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
-        params = [p for p in model.parameters() if p.requires_grad]
-        packed = [
-            (pack_sequences(batch, AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]), tokens_per_row,
-                            device, config.tokens_per_forward, pad_id))
-            for batch in batches
-        ]
-        if config.old_logprobs == "recompute":
-            # Score every part with the policy as it is before this step's first update.
-            with torch.no_grad():
-                for parts in packed:
-                    for part in parts:
-                        part.old_logprobs = batch_logprobs(model, part)[0]
-        for parts in packed:
-            optimizer.zero_grad(set_to_none=True)
-            batch_loss = 0.0
-            for part in parts:
-                ref = None
-                if config.beta > 0:
-                    with torch.no_grad(), model.disable_adapter():
-                        ref, _ = batch_logprobs(model, part)
-                new, entropy = batch_logprobs(model, part, with_entropy=config.experimental_compute_entropy)
-                loss, stats = grpo_loss(
-                    config.loss, new, part.old_logprobs, part.advantages, part.weights,
-                    epsilon=config.epsilon, epsilon_high=config.clip_high, beta=config.beta, ref_logprobs=ref,
-                )
-                loss.backward()  # passes accumulate: the weights already normalise over the whole mini-batch
-                batch_loss += stats.loss
-                total.add(stats)
-                kl_ref_sum += stats.kl
-                with torch.no_grad():
-                    d = part.old_logprobs - new.detach()
-                    metrics["kl_to_sampler"] += float((d.exp() - d - 1).sum())
-                if entropy is not None:
-                    entropy_sum += float(entropy.sum())
-                metrics["tokens"] += part.num_tokens
-            norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
-            grad_norms.append(float(norm))
-            optimizer.step()
-            losses.append(batch_loss)
-        n = max(total.tokens, 1)
-        metrics.update(
-            loss=sum(losses) / len(losses),
-            clip_fraction=total.clipped / n,
-            kl_to_sampler=metrics["kl_to_sampler"] / n,
-            entropy=entropy_sum / n,
-            grad_norm=sum(grad_norms) / len(grad_norms),
-            trainable_tokens=total.tokens,
-            ratio_mean=total.ratio / n,
-        )
-        if config.beta > 0:
-            metrics["kl"] = kl_ref_sum / n
+        with packed_attention(model, attention), PeakMemory(device) as peak:
+            _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward,
+                        attention, pad_id)  # fmt: skip
+        metrics["peak_memory_gib"] = round(peak.gib, 3)
     metrics["seconds"] = time.time() - started
     path = save_checkpoint(
         storage, project, name, step + 1, model, optimizer,
         {"step": step + 1, "base_model": base_model, "config": config.model_dump(), "metrics": metrics},
+        tokenizer=state.tokenizer,
     )
     state.owner = (storage.root, project, name, step + 1)
     metrics["seconds"] = time.time() - started  # including the checkpoint write
     return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
+
+
+def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention,
+                pad_id) -> None:  # fmt: skip
+    """Mini-batches of packed passes: forward, loss, backward per pass, one optimizer step per mini-batch."""
+    import torch
+
+    from art_core.training.packing import batch_logprobs, pack_sequences
+
+    device = next(model.parameters()).device
+    chunk = config.logit_chunk_tokens
+    rng = random.Random(config.seed * 100003 + step)
+    order = list(range(len(seqs)))
+    rng.shuffle(order)
+    n_batches = min(config.num_optimizer_steps, len(seqs))
+    batches = [[seqs[i] for i in order[b::n_batches]] for b in range(n_batches)]
+    total = LossStats()
+    entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
+    params = [p for p in model.parameters() if p.requires_grad]
+    packed = [
+        (pack_sequences(batch, AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]), tokens_per_row,
+                        device, tokens_per_forward, pad_id))
+        for batch in batches
+    ]
+    if config.old_logprobs == "recompute":
+        # Score every part with the policy as it is before this step's first update.
+        with torch.no_grad():
+            for parts in packed:
+                for part in parts:
+                    part.old_logprobs = batch_logprobs(model, part, attention=attention, chunk_tokens=chunk)[0]
+    for parts in packed:
+        optimizer.zero_grad(set_to_none=True)
+        batch_loss = 0.0
+        for part in parts:
+            ref = None
+            if config.beta > 0:
+                with torch.no_grad(), model.disable_adapter():
+                    ref, _ = batch_logprobs(model, part, attention=attention, chunk_tokens=chunk)
+            new, entropy = batch_logprobs(model, part, with_entropy=config.experimental_compute_entropy,
+                                          attention=attention, chunk_tokens=chunk)  # fmt: skip
+            loss, stats = grpo_loss(
+                config.loss, new, part.old_logprobs, part.advantages, part.weights,
+                epsilon=config.epsilon, epsilon_high=config.clip_high, beta=config.beta, ref_logprobs=ref,
+            )
+            loss.backward()  # passes accumulate: the weights already normalise over the whole mini-batch
+            batch_loss += stats.loss
+            total.add(stats)
+            kl_ref_sum += stats.kl
+            with torch.no_grad():
+                d = part.old_logprobs - new.detach()
+                metrics["kl_to_sampler"] += float((d.exp() - d - 1).sum())
+            if entropy is not None:
+                entropy_sum += float(entropy.sum())
+            metrics["tokens"] += part.num_tokens
+            metrics["passes"] += 1
+        norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
+        grad_norms.append(float(norm))
+        optimizer.step()
+        losses.append(batch_loss)
+    n = max(total.tokens, 1)
+    metrics.update(
+        loss=sum(losses) / len(losses),
+        clip_fraction=total.clipped / n,
+        kl_to_sampler=metrics["kl_to_sampler"] / n,
+        entropy=entropy_sum / n,
+        grad_norm=sum(grad_norms) / len(grad_norms),
+        trainable_tokens=total.tokens,
+        ratio_mean=total.ratio / n,
+    )
+    if config.beta > 0:
+        metrics["kl"] = kl_ref_sum / n

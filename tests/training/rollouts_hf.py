@@ -60,18 +60,20 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
     return groups
 
 
-def sharpen(model_path: str, out: str, factor: float = 4.0) -> str:
-    """Copy a model with its final norm scaled by `factor`, so its logits span a learnable range.
+def sharpen(model_path: str, out: str, scale: float = 4.0) -> str:
+    """Copy a model with its final norm's weight set to `scale`, so its logits span a learnable range.
 
-    The tiny model's logits span about +-1 (tied embeddings of std 0.02 behind an RMSNorm of weight 1),
-    so no LoRA can move its next-token distribution far from uniform; 4x lets the same LoRA reach it.
+    A random model's logits span about +-1 with a norm weight of 1 (tied embeddings of std 0.02), so no
+    LoRA can move its next-token distribution far from uniform; 4 lets the same LoRA reach it. Set, not
+    multiplied: the tiny model builder may already scale its norm (art_core.testing.tiny_model.NORM_SCALE),
+    and 16x makes a degenerate model that samples one token.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     model = AutoModelForCausalLM.from_pretrained(model_path)
     with torch.no_grad():
-        model.model.norm.weight.mul_(factor)
+        model.model.norm.weight.fill_(scale)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(model_path).save_pretrained(out)
     GenerationConfig.from_pretrained(model_path).save_pretrained(out)

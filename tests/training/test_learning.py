@@ -12,7 +12,7 @@ so steering the last hidden state along that direction, which a LoRA can learn, 
 (A set with no such direction, like "ids below 400", we measured creep from 0.10 to 0.12-0.15 in
 20 steps: too slow and noisy for a test.)
 
-The model is the session's tiny model with its final norm scaled up 4x (rollouts_hf.sharpen): the
+The model is the session's tiny model with its final norm's weight set to 4 (rollouts_hf.sharpen): the
 tiny model's logits span about +-1, so no LoRA on it can move its next-token distribution far from
 uniform; 4x lets the same LoRA reach it.
 """

@@ -1,0 +1,168 @@
+"""Attention over packed rows without a dense block-diagonal mask, so a row's cost grows with its length.
+
+A packed row holds several sequences (segments) end to end; each token may attend only to earlier
+tokens of its own segment. transformers builds that as a dense [rows, 1, L, L] mask from restarting
+position ids, and SDPA then attends over all L x L pairs: memory and work grow with the row length
+squared, which is why rows used to be kept short (4 x hidden size) and why 7B rows of 14k tokens ran out
+of memory. Here the trainer switches the model, for the length of a step, to an attention function
+registered with transformers ("art_packed") that is told where the segments are:
+
+    "segments"  SDPA once per segment (causal), on any device: work and memory grow with the sum of
+                the segments' squared lengths, not the row's; a row may be as long as a whole pass.
+    "flex"      CUDA with torch's flex_attention: one compiled kernel per layer over a block mask built
+                from the segment ids; blocks that cross segments are skipped.
+    "mask"      transformers' own dense block-diagonal mask (the behaviour before; short rows).
+
+Nothing is registered as a mask function for "art_packed", so transformers builds no mask at all.
+
+    >>> with packed_attention(model, "segments"):                                   # doctest: +SKIP
+    ...     hidden = decoder(input_ids=ids, position_ids=pos, **attention_kwargs(pos, "segments")).last_hidden_state
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    import torch
+
+ATTENTION_NAME = "art_packed"
+_REGISTERED = False
+_COMPILED_FLEX: Any = None
+
+
+def flex_available(device_type: str) -> bool:
+    """True where flex_attention can serve training: a CUDA device and a torch that ships it."""
+    if device_type != "cuda":
+        return False
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def choose_attention(requested: str, device_type: str) -> str:
+    """The attention mode a step uses: 'auto' is flex on CUDA where available, else per-segment SDPA.
+
+    >>> choose_attention("auto", "cpu")
+    'segments'
+    """
+    if requested == "auto":
+        return "flex" if flex_available(device_type) else "segments"
+    if requested == "flex" and not flex_available(device_type):
+        raise ValueError("packed_attention='flex' needs a CUDA device and torch's flex_attention; use 'auto'")
+    return requested
+
+
+def segment_bounds(position_ids: "torch.Tensor") -> list[tuple[int, int, int]]:
+    """(row, start, end) of every segment of packed rows: a segment starts where the position id is 0.
+
+    >>> import torch
+    >>> segment_bounds(torch.tensor([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]]))
+    [(0, 0, 3), (0, 3, 5), (1, 0, 2), (1, 2, 5)]
+    """
+    rows, length = position_ids.shape
+    starts = (position_ids == 0).nonzero().tolist()  # one host sync per pass
+    out = []
+    for i, (r, s) in enumerate(starts):
+        nxt = starts[i + 1] if i + 1 < len(starts) and starts[i + 1][0] == r else None
+        out.append((r, s, nxt[1] if nxt else length))
+    return out
+
+
+def _segment_attention(query, key, value, scaling, segments):
+    """query [B, H, L, D], key/value [B, Hkv, L, D] -> [B, H, L, D], attending within each segment."""
+    import torch
+    import torch.nn.functional as F
+
+    gqa = query.shape[1] != key.shape[1]
+    by_row: dict[int, list] = {}
+    for r, s, e in segments:
+        out = F.scaled_dot_product_attention(
+            query[r : r + 1, :, s:e], key[r : r + 1, :, s:e], value[r : r + 1, :, s:e],
+            is_causal=True, scale=scaling, enable_gqa=gqa,
+        )  # fmt: skip
+        by_row.setdefault(r, []).append(out)
+    return torch.cat([torch.cat(by_row[r], dim=2) for r in range(query.shape[0])], dim=0)
+
+
+def _flex_attention(query, key, value, scaling, block_mask):
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    global _COMPILED_FLEX
+    if _COMPILED_FLEX is None:
+        # Uncompiled flex_attention materialises the scores; compiled, it is one fused kernel per call.
+        # dynamic=None: the first shape compiles static, a second one recompiles with dynamic lengths, so
+        # passes of different lengths do not each compile (nor fall back to eager at the recompile limit).
+        _COMPILED_FLEX = torch.compile(flex_attention)
+    gqa = query.shape[1] != key.shape[1]
+    return _COMPILED_FLEX(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=gqa)
+
+
+def art_packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """The attention function transformers calls in "art_packed" mode; returns ([B, L, H, D], None)."""
+    if dropout:
+        raise ValueError("art_packed attention does not implement attention dropout (Qwen2 and Llama train without)")
+    block_mask = kwargs.get("art_block_mask")
+    segments = kwargs.get("art_segments")
+    if block_mask is not None:
+        out = _flex_attention(query, key, value, scaling, block_mask)
+    elif segments is not None:
+        out = _segment_attention(query, key, value, scaling, segments)
+    else:
+        # Fail loud: without segment bounds this function would attend across the row's sequences.
+        raise RuntimeError("art_packed attention was called without art_segments/art_block_mask (see attention.py)")
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    global _REGISTERED
+    if not _REGISTERED:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(ATTENTION_NAME, art_packed_attention)
+        _REGISTERED = True
+
+
+def attention_kwargs(position_ids: "torch.Tensor", mode: str) -> dict[str, Any]:
+    """The keyword arguments a decoder forward needs in `mode` ('segments', 'flex'; 'mask' needs none)."""
+    if mode == "mask":
+        return {}
+    if mode == "segments":
+        return {"art_segments": segment_bounds(position_ids)}
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    rows, length = position_ids.shape
+    doc = (position_ids == 0).cumsum(dim=1)  # [R, L] segment number of each token within its row
+
+    def same_segment_causal(b, h, q, kv):
+        return (doc[b, q] == doc[b, kv]) & (q >= kv)
+
+    with torch.no_grad():
+        mask = create_block_mask(same_segment_causal, B=rows, H=None, Q_LEN=length, KV_LEN=length,
+                                 device=position_ids.device)  # fmt: skip
+    return {"art_block_mask": mask}
+
+
+@contextlib.contextmanager
+def packed_attention(model: Any, mode: str) -> Iterator[None]:
+    """Run the block with the model's attention in `mode` ('segments'/'flex': "art_packed"; 'mask': as is).
+
+    Set for the whole step, not per forward: activation checkpointing recomputes the layers during
+    backward, and they must recompute with the same attention.
+    """
+    if mode == "mask":
+        yield
+        return
+    _register()
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    before = causal_lm.config._attn_implementation
+    causal_lm.set_attn_implementation(ATTENTION_NAME)
+    try:
+        yield
+    finally:
+        causal_lm.set_attn_implementation(before)

@@ -1,0 +1,143 @@
+"""Memory-aware sizing of forward passes, and the peak memory a step used.
+
+How many tokens one forward pass may hold is a memory question: activations saved for backward grow
+linearly with the tokens of a pass (the LM head's logits no longer do, see logprobs.py, and packed
+attention no longer grows with the row length squared, see attention.py). So the trainer sizes a pass
+from the model's shape and a budget:
+
+    bytes per token = layers x (what one decoder layer keeps for backward)        without checkpointing
+                    = layers x hidden (each layer's input) + one layer's worth    with activation checkpointing
+    tokens per pass = budget / (SAFETY x bytes per token), within [MIN_TOKENS, MAX_TOKENS]
+
+The budget is `TrainConfig.memory_budget_gib` when given; otherwise, on CUDA, half of the device memory
+free once the model is loaded (vLLM sharing the GPU already holds its share, and the other half is left
+for the allocator's fragmentation and the optimizer), and on CPU 1 GiB (larger passes run no faster on
+a CPU; the step's peak stays small beside the model). The figures land in the step's metrics
+(`tokens_per_pass`, `passes`, `peak_memory_gib`), so what the defaults did is visible.
+
+    >>> per_token_bytes(hidden=3584, intermediate=18944, layers=28, kv_dim=512, dtype_bytes=2, checkpointing=True)
+    626688
+    >>> tokens_per_pass(budget_bytes=20 << 30, bytes_per_token=478208)
+    16384
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+SAFETY = 1.5  # allocator rounding, LoRA intermediates, the norms' float32 upcasts, gradients in flight
+MIN_TOKENS = 512
+MAX_TOKENS = 16384  # beyond this a pass is no faster per token, on a GPU or a CPU
+CPU_BUDGET_BYTES = 1 << 30
+
+
+def per_token_bytes(
+    *, hidden: int, intermediate: int, layers: int, kv_dim: int, dtype_bytes: int, checkpointing: bool
+) -> int:
+    """Bytes of activations one token of a pass keeps alive for backward (an estimate, see module doc).
+
+    One decoder layer keeps about: its input, the normed input, q, k, v, rotated q and k, the attention
+    output, the residual sum and the second norm (about 8 x hidden + 4 x kv_dim), and the MLP's gate, up,
+    activation and product (4 x intermediate). With checkpointing only each layer's input stays, plus one
+    layer's worth while it is recomputed (and its gradients, hence 2x).
+    """
+    one_layer = (8 * hidden + 4 * kv_dim + 4 * intermediate) * dtype_bytes
+    if checkpointing:
+        return layers * hidden * dtype_bytes + 2 * one_layer
+    return layers * one_layer
+
+
+def model_per_token_bytes(model_config: Any, dtype_bytes: int, checkpointing: bool) -> int:
+    """`per_token_bytes` from a transformers config (Qwen2/Llama-style field names)."""
+    hidden = int(getattr(model_config, "hidden_size", 1024))
+    heads = int(getattr(model_config, "num_attention_heads", 16) or 16)
+    head_dim = int(getattr(model_config, "head_dim", None) or hidden // heads)
+    kv_heads = int(getattr(model_config, "num_key_value_heads", None) or heads)
+    return per_token_bytes(
+        hidden=hidden,
+        intermediate=int(getattr(model_config, "intermediate_size", None) or 4 * hidden),
+        layers=int(getattr(model_config, "num_hidden_layers", 12)),
+        kv_dim=kv_heads * head_dim,
+        dtype_bytes=dtype_bytes,
+        checkpointing=checkpointing,
+    )
+
+
+def tokens_per_pass(budget_bytes: int, bytes_per_token: int) -> int:
+    """Tokens of one forward pass that fit `budget_bytes`, rounded down to a multiple of 256."""
+    fit = int(budget_bytes / (SAFETY * max(bytes_per_token, 1)))
+    return max(MIN_TOKENS, min(MAX_TOKENS, fit // 256 * 256))
+
+
+def activation_budget(device: Any, budget_gib: float | None) -> int:
+    """Bytes a step may spend on activations: the configured budget, else half the free CUDA memory, else 1 GiB."""
+    if budget_gib is not None:
+        return int(budget_gib * (1 << 30))
+    if getattr(device, "type", str(device)) == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        return free // 2
+    return CPU_BUDGET_BYTES
+
+
+class PeakMemory:
+    """The peak memory of a block of work: CUDA's max allocated, or the process's peak RSS on CPU.
+
+    On Linux the process's peak RSS (VmHWM) is reset at the start by writing 5 to /proc/self/clear_refs,
+    so the figure is this step's and not the process's whole life; where that is not possible the
+    figure is the process's lifetime peak (ru_maxrss), an upper bound.
+
+    >>> with PeakMemory("cpu") as peak:                         # doctest: +SKIP
+    ...     work()
+    >>> peak.gib                                                # doctest: +SKIP
+    1.93
+    """
+
+    def __init__(self, device: Any) -> None:
+        self.cuda = getattr(device, "type", str(device)) == "cuda"
+        self.device = device
+        self.gib = 0.0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            reset_peak_rss()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cuda:
+            import torch
+
+            self.gib = torch.cuda.max_memory_allocated(self.device) / (1 << 30)
+        else:
+            self.gib = peak_rss_bytes() / (1 << 30)
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (Linux); False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory in bytes: VmHWM on Linux, else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
