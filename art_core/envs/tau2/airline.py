@@ -306,7 +306,7 @@ def make_tools(rules: AirlineRules) -> dict[str, ToolFn]:
 
 
 def load_environment(**options: Any):
-    """The `tau2-airline` environment; options are `Tau2Options` fields (data_dir, user, judge_model, ...)."""
+    """The `tau2-airline` environment; options are `Tau2Options` fields (data_dir, user, judge, ...)."""
     from art_core.envs.tau2.env import Tau2Env, Tau2Tools
 
     return Tau2Env(Tau2Tools(name="tau2-airline", domain="airline", tools=None, schemas=SCHEMAS, write_tools=WRITE_TOOLS, make_tools=make_tools), **options)

@@ -8,7 +8,7 @@ these same tools:
 - `exchange_delivered_order_items` sorts old and new item ids separately;
 - a $0 item modification still books a $0 "refund".
 
-    >>> env = load_environment(judge_model="openai/gpt-4.1-2025-04-14")   # see env.Tau2Options
+    >>> env = load_environment(judge={"model": "openai/gpt-4.1-2025-04-14"})   # see env.Tau2Options
     >>> [s.id for s in env.scenarios("test")][:3]
     ['5', '9', '12']
 """
@@ -319,7 +319,7 @@ SCHEMAS: list[dict[str, Any]] = [
 
 
 def load_environment(**options: Any):
-    """The `tau2-retail` environment; options are `Tau2Options` fields (data_dir, user, judge_model, ...)."""
+    """The `tau2-retail` environment; options are `Tau2Options` fields (data_dir, user, judge, ...)."""
     from art_core.envs.tau2.env import Tau2Env, Tau2Tools
 
     return Tau2Env(Tau2Tools(name="tau2-retail", domain="retail", tools=TOOLS, schemas=SCHEMAS, write_tools=WRITE_TOOLS), **options)
