@@ -68,11 +68,11 @@ _CLIENT: _Client | None = None
 _CLIENT_LOCK = threading.Lock()
 
 
-def _client() -> _Client:
+def _client(replace: bool = False) -> _Client:
     """This process's watchdog, started on first use (again in a forked child: it must watch the child)."""
     global _CLIENT
     with _CLIENT_LOCK:
-        if _CLIENT is None or _CLIENT.owner != os.getpid() or _CLIENT.proc.poll() is not None:
+        if replace or _CLIENT is None or _CLIENT.owner != os.getpid() or _CLIENT.proc.poll() is not None:
             _CLIENT = _Client()
         return _CLIENT
 
@@ -82,7 +82,11 @@ def guard(pid: int, *, group: bool = False) -> None:
 
     Example: `guard(server.pid, group=True)` right after starting a server with start_new_session=True.
     """
-    _client().send(f"{'group' if group else 'pid'} {int(pid)}")
+    line = f"{'group' if group else 'pid'} {int(pid)}"
+    try:
+        _client().send(line)
+    except BrokenPipeError:  # the watchdog was killed (what it guarded is unguarded now): start another
+        _client(replace=True).send(line)
 
 
 def release(pid: int) -> None:
@@ -92,7 +96,10 @@ def release(pid: int) -> None:
     """
     client = _CLIENT
     if client is not None and client.owner == os.getpid() and client.proc.poll() is None:
-        client.send(f"forget {int(pid)}")
+        try:
+            client.send(f"forget {int(pid)}")
+        except BrokenPipeError:  # the watchdog is gone: it guards nothing any more
+            pass
 
 
 def watchdog_pid() -> int | None:

@@ -35,6 +35,14 @@ PARENT = textwrap.dedent(
         if mode == "fork" and os.fork() == 0:  # a forked child keeps the watchdog's pipe open after we die
             time.sleep(600)
             os._exit(0)
+    if mode == "restart":  # someone killed our watchdog: the next guard starts another one
+        first = subprocess.Popen(["sleep", "600"])
+        guard(first.pid)
+        os.kill(watchdog_pid(), signal.SIGKILL)
+        time.sleep(0.2)
+        again = subprocess.Popen(["sleep", "600"])
+        guard(again.pid)
+        out.update(first=first.pid, again=again.pid)
     if mode == "release":
         kept = subprocess.Popen(["sleep", "600"], start_new_session=True)
         guard(kept.pid, group=True)
@@ -174,3 +182,14 @@ def test_sigint_to_the_parents_group_does_not_stop_the_watchdog():
         assert _wait_gone(pids, groups, timeout=5.0) == []
     finally:
         _cleanup(pids, groups, parent)
+
+
+def test_a_killed_watchdog_is_replaced_by_the_next_guard():
+    parent, ids = _start_parent("restart")
+    try:
+        parent.kill()
+        parent.wait()
+        assert _wait_gone([ids["again"], ids["watchdog"]], [], timeout=5.0) == []
+        assert _running(ids["first"])  # registered with the killed watchdog only: unguarded, as documented
+    finally:
+        _cleanup([ids["first"], ids["again"]], [], parent)
