@@ -17,8 +17,6 @@ import time
 import psutil
 import pytest
 
-pytestmark = pytest.mark.vllm
-
 PARENT = """
 import sys, threading, time
 from art_core.inference.server import ServerConfig, VLLMServer
@@ -41,6 +39,7 @@ def _running(proc: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.vllm
 def test_sigkill_of_the_parent_ends_the_server_engine_and_workers(tiny_model_path, tmp_path):
     log = str(tmp_path / "server.log")
     parent = subprocess.Popen([sys.executable, "-c", PARENT, tiny_model_path, log], stdout=subprocess.PIPE, text=True)
@@ -66,5 +65,60 @@ def test_sigkill_of_the_parent_ends_the_server_engine_and_workers(tiny_model_pat
             parent.kill()
             parent.wait()
         for p in tree:  # only when the test failed: leave no server behind (by id)
+            if _running(p):
+                p.kill()
+
+
+STAND_IN = """
+import http.server, subprocess, sys, threading, time
+from art_core.inference.server import ServerConfig, VLLMServer
+
+ENGINE = "import http.server, subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+ENGINE += "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+
+class StandIn(VLLMServer):
+    def command(self):
+        return [sys.executable, "-c", ENGINE, str(self.port)]
+
+    def _wait_healthy(self):
+        time.sleep(1.0)
+
+if __name__ == "__main__":
+    server = StandIn(ServerConfig(model="/m", log_path=sys.argv[2]))
+    if sys.argv[1] == "thread":
+        t = threading.Thread(target=server.start)
+        t.start()
+        t.join()
+    else:
+        server.start()
+    print(server.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("started_from", ["thread", "main"])
+def test_sigkill_of_the_parent_ends_a_stand_in_server_and_its_child(started_from, tmp_path):
+    """The same guarantee in a second, without vLLM: from a worker thread the watchdog alone does it."""
+    log = str(tmp_path / "server.log")
+    parent = subprocess.Popen([sys.executable, "-c", STAND_IN, started_from, log], stdout=subprocess.PIPE, text=True)
+    tree: list[psutil.Process] = []
+    try:
+        server = psutil.Process(int(parent.stdout.readline()))
+        deadline = time.monotonic() + 10
+        while not server.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = [server] + server.children(recursive=True)
+        assert len(tree) == 2
+        t0 = time.monotonic()
+        parent.kill()
+        parent.wait()
+        while any(_running(p) for p in tree) and time.monotonic() - t0 < 5.0:
+            time.sleep(0.05)
+        assert [p.pid for p in tree if _running(p)] == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for p in tree:
             if _running(p):
                 p.kill()
