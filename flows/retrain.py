@@ -11,10 +11,13 @@
 from __future__ import annotations
 
 from prefect import flow
+from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
 from art_core.deploy import decide, promote, read_promoted
 from flows.config import RetrainConfig
+from flows.overrides import warn_if_config_replaced
+from flows.reporting import artifact_key
 from flows.lifetime import guard_temporary_server
 from flows.train import policy_of, refs, train
 from tasks import evaluate, export_adapter, result_storage_for
@@ -33,6 +36,7 @@ class RetrainSummary(BaseModel):
 @flow(name="retrain", log_prints=True)
 def retrain(config: RetrainConfig) -> RetrainSummary:
     """Train `extra_steps` beyond the latest checkpoint and promote the result only if it is better."""
+    warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
     ref, rollout = refs(run)
@@ -64,6 +68,13 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
                    f"not better by more than {config.min_improvement}")  # fmt: skip
     print(message)
     promoted_now = read_promoted(storage, run.project, run.model)
+    decision = "promoted" if promoted_now is not None and promoted_now["step"] == new_step else "kept"
+    # The decision is what a scheduled run is for: an artifact shows it in the UI without opening the logs.
+    create_markdown_artifact(key=artifact_key(run.project, run.model, "retrain"), markdown=(
+        f"# Retrain of {run.model}: {decision} step {new_step if decision == 'promoted' else old_step}\n\n{message}.\n\n"
+        f"| step | role | {e.split} reward |\n|---|---|---|\n| {old_step} | promoted before | {old_reward:.3f} |\n"
+        f"| {new_step} | new | {new_reward:.3f} |\n\nminimum improvement: {config.min_improvement}\n"),
+        description=f"{run.model}: {decision}")  # fmt: skip
     return RetrainSummary(promoted_step=promoted_now["step"] if promoted_now else old_step, previous_step=old_step,
                           new_step=new_step, new_reward=new_reward, promoted_reward=old_reward,
                           promoted=promoted_now is not None and promoted_now["step"] == new_step, message=message)  # fmt: skip

@@ -36,7 +36,7 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(p
         deployments = {d.name: d for d in client.read_deployments()}
     assert {"train", "evaluate", "deploy", "retrain-nightly"} <= set(deployments)
     nightly = deployments["retrain-nightly"]
-    assert [(s.schedule.cron, s.active) for s in nightly.schedules] == [("0 3 * * *", True)]
+    assert [(s.schedule.cron, s.active) for s in nightly.schedules] == [("0 3 * * *", False)]  # paused until asked
     assert all(d.work_pool_name == "art-process" for d in deployments.values())
     assert "config" in deployments["train"].parameter_openapi_schema["properties"]  # the UI form
 
