@@ -1,7 +1,11 @@
-"""Training throughput: our GRPO train step next to TRL's GRPOTrainer, same model, same sequences, one run.
+"""Training throughput and memory: our GRPO train step next to TRL's GRPOTrainer, same model, same sequences.
 
     .venv/bin/python bench/trainer.py            # prints the table; writes bench/results/trainer-cpu.txt
     .venv/bin/python bench/trainer.py --steps 3  # quicker
+    .venv/bin/python bench/trainer.py --memory   # peak RSS of one default step, Qwen's vocabulary, CPU
+    .venv/bin/python bench/trainer.py --device cuda --shape 7b   # random Qwen2.5-7B shape on one GPU
+
+CPU (the default) and --memory are described here; --device cuda is described at `cuda_bench`.
 
 Both sides train a LoRA (r 8, alpha 16, all linear projections) on the "small" tiny model with the
 same 32 sequences per step (4 groups x 8: a chat prompt plus a sampled completion of 16-128 tokens,
@@ -13,7 +17,7 @@ including tokenizing the trajectories and writing the checkpoint (adapter + opti
 Figure: training tokens per second = real (non-padding) tokens of the step's sequences / step time,
 over `--steps` steps after one warm-up step each. The two are interleaved step by step (a TRL step,
 then one of ours, from a TRL callback), so a busy machine slows both alike. Ratio = ours / TRL
-(target >= 1.0).
+(target >= 1.3, issue 12).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0,
 WORDS = "order item refund flight seat cabin user email status price total game board move tile".split()
 
 
-def make_groups(tokenizer, n_groups: int, size: int, seed: int):
-    """Trajectory groups with sampled-looking completions (random ids, random lengths 16-128)."""
+def make_groups(tokenizer, n_groups: int, size: int, seed: int, words: tuple[int, int] = (20, 60),
+                completion: tuple[int, int] = (16, 128), vocab: int = 4000):  # fmt: skip
+    """Trajectory groups with sampled-looking completions (random ids below `vocab`, random lengths)."""
     from rollouts_hf import make_choice
 
     from art_core.trajectories import Trajectory, TrajectoryGroup
@@ -44,10 +49,10 @@ def make_groups(tokenizer, n_groups: int, size: int, seed: int):
     groups = []
     for g in range(n_groups):
         prompt = [{"role": "system", "content": "You help users."},
-                  {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 60)))}]
+                  {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words)))}]
         trajs = []
         for _ in range(size):
-            ids = [rng.randrange(300, 4000) for _ in range(rng.randint(16, 128))]
+            ids = [rng.randrange(300, vocab) for _ in range(rng.randint(*completion))]
             choice = make_choice(ids, [-8.0] * len(ids), "x", finish_reason="length")
             trajs.append(Trajectory(messages_and_choices=[*prompt, choice], reward=rng.random()))
         groups.append(TrajectoryGroup(trajs))
@@ -141,13 +146,129 @@ def time_both(model_path: str, groups, batch, steps: int, workdir: str, tokens_p
     return timer.ours[1:], timer.trl[1:]  # the first of each loads or compiles: a warm-up
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--tokens-per-row", type=int, default=None, help="TrainConfig.tokens_per_row (default: auto)")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "trainer-cpu.txt"))
-    args = parser.parse_args()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+QWEN_VOCAB = 151_936
+# Qwen2.5 shapes: hidden, layers, heads, kv heads, MLP, tied embeddings.
+SHAPES = {
+    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                 intermediate_size=8960, tie_word_embeddings=True),
+    "7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+               intermediate_size=18944, tie_word_embeddings=False),
+    "14b": dict(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
+                intermediate_size=13824, tie_word_embeddings=False),
+    "memory": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=512, tie_word_embeddings=True),
+}  # fmt: skip
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, per GPU
+
+
+def build_shaped_model(path: str, shape: str, device: str) -> tuple[str, int]:
+    """A random-weight Qwen2 model of `shape` with Qwen's vocabulary and the tiny chat tokenizer; (path, parameters).
+
+    The tokenizer only renders prompts: completions are sampled ids drawn from the whole vocabulary.
+    """
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from art_core.testing.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(path + "-tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    config = Qwen2Config(vocab_size=QWEN_VOCAB, max_position_embeddings=32768, rope_theta=1e6,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                         pad_token_id=tokenizer.pad_token_id, **SHAPES[shape])  # fmt: skip
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(dtype)  # random init on the device: seconds even at 14B
+    params = sum(p.numel() for p in model.parameters())
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    GenerationConfig.from_pretrained(tiny).save_pretrained(path)
+    del model
+    return path, params
+
+
+def _memory_child(model_path: str, n_groups: int) -> None:
+    """One default train step on the shaped model; prints tokens and this process's peak RSS as JSON."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from art_core.storage import Storage
+    from art_core.training.config import TrainConfig
+    from art_core.training.memory import peak_rss_bytes
+    from art_core.training.trainer import train_step
+
+    groups = make_groups(AutoTokenizer.from_pretrained(model_path), n_groups, 8, seed=0, words=(25, 35),
+                         completion=(150, 210), vocab=QWEN_VOCAB - 1)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-mem-") as store:
+        t0 = time.perf_counter()
+        result = train_step(base_model=model_path, groups=groups, config=TrainConfig(learning_rate=1e-3),
+                            storage=Storage(store), project="bench", name="mem", step=0)  # fmt: skip
+    m = result.metrics
+    print(json.dumps({"tokens": m["tokens"], "sequences": m["trained_trajectories"], "seconds": time.perf_counter() - t0,
+                      "peak_rss_gib": peak_rss_bytes() / (1 << 30), "tokens_per_pass": m["tokens_per_pass"],
+                      "passes": m["passes"], "step_peak_gib": m["peak_memory_gib"]}))  # fmt: skip
+
+
+def memory_bench(out: str) -> None:
+    """Peak RSS of one default step on a random model with Qwen's vocabulary (hidden 256, 2 layers), CPU.
+
+    Each size runs in a fresh subprocess, so its peak RSS (VmHWM) is that of loading the model plus one
+    default train step, nothing else. Target (issue 12): 64 sequences (~13.8k tokens) under 2.5 GiB.
+    """
+    import json
+    import subprocess
+
+    import torch
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as workdir:
+        path, params = build_shaped_model(os.path.join(workdir, "qwen-vocab"), "memory", "cpu")
+        for n_groups in (2, 4, 8):
+            proc = subprocess.run([sys.executable, __file__, "--memory-child", path, "--groups", str(n_groups)],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    lines = [
+        f"bench/trainer.py --memory  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  torch {torch.__version__}, "
+        f"{_machine()} (shared, no GPU)",
+        f"model: random Qwen2, vocabulary {QWEN_VOCAB}, hidden 256, 2 layers, tied embeddings ({params / 1e6:.1f}M "
+        "parameters), LoRA r 8 on all projections, fp32; one default TrainConfig step per fresh process",
+        "peak RSS = the process's VmHWM: python + torch + the model + one step (target: 64 sequences under 2.5 GiB)",
+    ]
+    for r in rows:
+        lines.append(f"  {r['sequences']:3d} sequences {r['tokens']:6d} tokens: peak RSS {r['peak_rss_gib']:.2f} GiB "
+                     f"(the step's own peak {r['step_peak_gib']:.2f} GiB), {r['passes']} pass(es) of <= "
+                     f"{r['tokens_per_pass']} tokens, {r['seconds']:.1f} s")  # fmt: skip
+    per_token = (rows[-1]["peak_rss_gib"] - rows[0]["peak_rss_gib"]) / max(rows[-1]["tokens"] - rows[0]["tokens"], 1)
+    lines.append(f"growth: {per_token * (1 << 30) / 1e3:.1f} kB per token between the smallest and largest step "
+                 "(before issue 12: ~1.5 MB per token, 20.8 GiB at 13.8k tokens)")  # fmt: skip
+    _write(lines, out)
+
+
+def _machine() -> str:
+    """The CPU model, core count and memory of this machine, for the record."""
+    name, mem = platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+        with open("/proc/meminfo") as f:
+            mem = f", {int(f.readline().split()[1]) / (1 << 20):.0f} GiB RAM"
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} CPUs{mem}"
+
+
+def _write(lines: list[str], out: str) -> None:
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        f.write(text)
+
+
+def cpu_bench(steps: int, tokens_per_row: int | None, out: str) -> None:
+    """The CPU comparison with TRL on the tiny 'small' model (see the module docstring)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -159,28 +280,198 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         groups = make_groups(tokenizer, n_groups=4, size=8, seed=0)
         batch, real_tokens, padded_tokens = trl_batch(groups, tokenizer)
-        ours, trl = time_both(model_path, groups, batch, args.steps, workdir, args.tokens_per_row)
+        ours, trl = time_both(model_path, groups, batch, steps, workdir, tokens_per_row)
 
     ours_s, trl_s = statistics.median(ours), statistics.median(trl)
     ours_tps, trl_tps = real_tokens / ours_s, real_tokens / trl_s
     lines = [
         f"bench/trainer.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  torch {torch.__version__}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} threads",
+        f"{_machine()}, {torch.get_num_threads()} threads",
         f"model: tiny 'small' ({params / 1e6:.1f}M parameters), LoRA r 8 on all projections, fp32 CPU",
         f"step: 32 sequences (4 groups x 8), {real_tokens} real tokens; TRL pads them to {padded_tokens} "
         f"({padded_tokens / real_tokens:.2f}x), ours packs them without padding",
-        f"median of {args.steps} steps after a warm-up step each, interleaved (TRL, ours, TRL, ...) in this run:",
-        f"  ours (art_core train_step, incl. tokenize + checkpoint write; tokens_per_row {args.tokens_per_row or 'auto'}): "
+        f"median of {steps} steps after a warm-up step each, interleaved (TRL, ours, TRL, ...) in this run:",
+        f"  ours (art_core train_step, incl. tokenize + checkpoint write; tokens_per_row {tokens_per_row or 'auto'}): "
         f"{ours_s:.3f} s/step  {ours_tps:8.0f} tokens/s",
         f"  TRL GRPOTrainer (training step only, no generation):           {trl_s:.3f} s/step  {trl_tps:8.0f} tokens/s",
         f"  step times (s): ours {[round(t, 2) for t in ours]}, TRL {[round(t, 2) for t in trl]}",
-        f"ratio ours/TRL: {ours_tps / trl_tps:.2f}  (target >= 1.0)",
+        f"ratio ours/TRL: {ours_tps / trl_tps:.2f}  (target >= 1.3)",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
+    _write(lines, out)
+
+
+def _cuda_child(side: str, model_path: str, steps: int, device: str) -> None:
+    """Time `steps` steps (after a warm-up) of one side on the bench's sequences; prints a JSON line."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    groups = make_groups(tokenizer, 8, 8, seed=0, words=(300, 340), completion=(256, 1024), vocab=QWEN_VOCAB - 1)
+    batch, real_tokens, _ = trl_batch(groups, tokenizer)
+    result: dict = {"side": side, "tokens": real_tokens}
+    try:
+        if side == "ours":
+            result.update(_time_ours(model_path, groups, steps, device))
+        else:
+            result["times"] = _time_trl(model_path, batch, steps, device)
+    except torch.OutOfMemoryError as exc:
+        result["oom"] = str(exc).splitlines()[0]
+    if device == "cuda":
+        result["peak_gib"] = torch.cuda.max_memory_allocated() / (1 << 30)
+        result["device"] = torch.cuda.get_device_name()
+    print(json.dumps(result))
+
+
+def _time_ours(model_path: str, groups, steps: int, device: str) -> dict:
+    import torch
+
+    from art_core.storage import Storage
+    from art_core.training.config import TrainConfig
+    from art_core.training.trainer import train_step
+
+    times, metrics = [], {}
+    with tempfile.TemporaryDirectory(prefix="bench-ours-") as store:
+        for step in range(steps + 1):
+            t0 = time.perf_counter()
+            metrics = train_step(base_model=model_path, groups=groups, config=TrainConfig(learning_rate=1e-5),
+                                 storage=Storage(store), project="bench", name="ours", step=step).metrics  # fmt: skip
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    keep = ("tokens_per_pass", "passes", "peak_memory_gib", "gradient_checkpointing")
+    return {"times": times[1:], "metrics": {k: metrics[k] for k in keep}}
+
+
+def _time_trl(model_path: str, batch, steps: int, device: str) -> list[float]:
+    """TRL's defaults for one GPU: per-device batch 8, accumulation 8, one generation batch of 64 per step."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    n = batch["prompt_ids"].shape[0]
+
+    class FixedBatchGRPO(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):  # the whole generation batch (64), no generation
+            return {k: v.to(self.accelerator.device) for k, v in batch.items()}
+
+    class Timer(TrainerCallback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            self.times.append(time.perf_counter() - self.t0)
+
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as out:
+        args = GRPOConfig(
+            output_dir=out, per_device_train_batch_size=8, gradient_accumulation_steps=n // 8, num_generations=8,
+            max_steps=steps + 1, learning_rate=1e-5, beta=0.0, epsilon=0.2, logging_steps=10_000,
+            max_completion_length=int(batch["completion_ids"].shape[1]), save_strategy="no", report_to="none",
+            use_cpu=device == "cpu", bf16=device == "cuda", seed=0, dataloader_num_workers=0, disable_tqdm=True,
+        )  # fmt: skip
+        timer = Timer()
+        trainer = FixedBatchGRPO(
+            model=AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if device == "cuda" else torch.float32),
+            reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": ["unused"] * (n * (steps + 2))}),
+            processing_class=AutoTokenizer.from_pretrained(model_path),
+            peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA),
+            callbacks=[timer],
+        )
+        trainer.train()
+    return timer.times[1:]
+
+
+def cuda_bench(shape: str, steps: int, out: str, device: str = "cuda", rounds: int = 2) -> None:
+    """One GPU: ours (default TrainConfig) and TRL GRPOTrainer on a random Qwen2.5-`shape` model, bf16.
+
+    Step: 64 sequences (8 groups x 8), prompts of ~450 tokens, completions of 256-1024 sampled ids drawn
+    from the whole 151,936-token vocabulary (~60k real tokens), LoRA r 8 on all projections. The two
+    models do not fit one GPU together at 14B, so each side runs in its own process, interleaved by run
+    (TRL, ours, TRL, ours): each process loads the model, takes a warm-up step and `steps` timed steps,
+    and reports its peak allocated memory (weights included). MFU = 6 x parameters x tokens/s / the
+    GPU's dense bf16 peak. Targets (issue 12, H100 80GB): peak 1.5B <= 24 GiB, 7B <= 40 GiB, 14B fits;
+    tokens/s >= 1.5x TRL at 1.5B and 7B; MFU >= 40% at 7B.
+    """
+    import json
+    import subprocess
+
+    import torch
+
+    runs: dict[str, list[dict]] = {"trl": [], "ours": []}
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-", dir=os.environ.get("BENCH_TMP")) as workdir:
+        path, params = build_shaped_model(os.path.join(workdir, shape), shape, device)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        for side in ["trl", "ours"] * rounds:
+            cmd = [sys.executable, __file__, "--cuda-child", side, path, "--steps", str(steps), "--device", device]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            runs[side].append(json.loads(lines[-1]) if lines else {"side": side, "error": proc.stderr[-2000:]})
+            print(side, runs[side][-1], flush=True)
+    name = next((r.get("device") for rs in runs.values() for r in rs if r.get("device")), device)
+    peak_flops = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), 989e12)
+    summary = {}
+    lines = [
+        f"bench/trainer.py --device {device} --shape {shape}  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  "
+        f"{name}, torch {torch.__version__}",
+        f"model: random Qwen2.5-{shape} shape ({params / 1e9:.2f}B parameters, vocabulary {QWEN_VOCAB}), bf16, LoRA r 8 "
+        "on all projections; ours with the default TrainConfig, TRL with per-device batch 8 x accumulation 8",
+    ]
+    for side, rs in runs.items():
+        times = [t for r in rs for t in r.get("times", [])]
+        tokens = next((r["tokens"] for r in rs if "tokens" in r), 0)
+        problems = [r.get("oom") or r.get("error", "")[-300:] for r in rs if "times" not in r]
+        if not times:
+            lines.append(f"  {side}: no timed step ({'; '.join(problems)})")
+            continue
+        sec = statistics.median(times)
+        tps = tokens / sec
+        summary[side] = tps
+        peak = max(r.get("peak_gib", 0.0) for r in rs)
+        extra = f", {rs[-1].get('metrics')}" if side == "ours" else ""
+        lines.append(f"  {side:4s}: {tokens} tokens, {sec:.2f} s/step, {tps:8.0f} tokens/s, MFU (6N) "
+                     f"{6 * params * tps / peak_flops:.1%}, peak {peak:.1f} GiB, steps {[round(t, 2) for t in times]}{extra}")  # fmt: skip
+    if len(summary) == 2:
+        lines.append(f"ratio ours/TRL: {summary['ours'] / summary['trl']:.2f}  (target >= 1.5 at 1.5B and 7B)")
+    _write(lines, out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--tokens-per-row", type=int, default=None, help="TrainConfig.tokens_per_row (default: auto)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--shape", choices=["1.5b", "7b", "14b", "memory"], default="1.5b",
+                        help="with --device cuda ('memory': the small CPU memory model, to smoke-test the GPU path on CPU)")
+    parser.add_argument("--memory", action="store_true", help="peak RSS of one default step with Qwen's vocabulary")
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    parser.add_argument("--cuda-child", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--groups", type=int, default=8, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help="result file (default: bench/results/trainer-<mode>.txt)")
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    if args.memory_child:
+        _memory_child(args.memory_child, args.groups)
+    elif args.cuda_child:
+        _cuda_child(args.cuda_child[0], args.cuda_child[1], args.steps, args.device)
+    elif args.memory:
+        memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
+    elif args.device == "cuda" or args.shape == "memory":
+        cuda_bench(args.shape, args.steps, args.out or os.path.join(results, f"trainer-{args.device}-{args.shape}.txt"),
+                   device=args.device)  # fmt: skip
+    else:
+        cpu_bench(args.steps, args.tokens_per_row, args.out or os.path.join(results, "trainer-cpu.txt"))
 
 
 if __name__ == "__main__":
