@@ -24,6 +24,7 @@ class TrainResult(BaseModel):
     step: int
     metrics: dict[str, Any] = Field(default_factory=dict)
     checkpoint_path: str | None = None
+    trained: bool = Field(True, description="False when the checkpoint already existed and nothing was trained.")
 
 
 class Backend(abc.ABC):

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, Field
 
 from art_core.envs.base import Environment
-from art_core.rollouts import Endpoint, reward_summary, rollout_groups
+from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
+from art_core.store import ModelRef, baseline_eval_path
 from art_core.trajectories import TrajectoryGroup
+
+if TYPE_CHECKING:
+    from art_core.serving import Endpoint
 
 
 class EvalReport(BaseModel):
@@ -83,7 +87,7 @@ def summarize(
 
 async def evaluate_model(
     env: Environment,
-    endpoint: Endpoint,
+    endpoint: "Endpoint",
     model: str,
     *,
     step: int,
@@ -105,3 +109,46 @@ async def evaluate_model(
     report = summarize(groups, model=model, step=step, split=split, trials=trials, success_threshold=success_threshold)
     report.seconds = time.perf_counter() - t0
     return report, groups
+
+
+def _run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def evaluate_step(ref: ModelRef, rollout: RolloutSpec, step: int, endpoint: "Callable[[int], Endpoint]", *,
+                  split: str = "val", scenarios: int = 8, trials: int = 1, success_threshold: float = 1.0,
+                  run: Callable[[Any], Any] | None = None) -> EvalReport:  # fmt: skip
+    """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json`, the
+    rollouts under `trajectories/{split}/`, and `{split}/reward`, `{split}/pass^k` in history.jsonl.
+
+    `endpoint(rank)` gives the server to sample from, able to serve adapters of LoRA rank `rank`.
+    """
+    from art_core.serving import adapter_rank, serve_step
+
+    store = ref.store()
+    ep = endpoint(adapter_rank(store, step))
+    served = serve_step(ep, store, ref.base_model, step)
+    report, groups = (run or _run)(evaluate_model(rollout.load_environment(), ep, served, step=step, split=split,
+                                                   scenarios=scenarios, trials=trials,
+                                                   success_threshold=success_threshold, sampling=rollout.sampling))  # fmt: skip
+    store.write_eval(step, report.model_dump(mode="json"))
+    store.write_groups(store.trajectories(split, step), groups)
+    store.record(step, {"reward": report.reward, **{f"pass^{k}": v for k, v in report.pass_k.items()}}, prefix=f"{split}/")
+    return report
+
+
+def evaluate_baseline(storage_url: str, project: str, endpoint: "Endpoint", model: str, rollout: RolloutSpec, *,
+                      split: str = "val", scenarios: int = 8, trials: int = 1, success_threshold: float = 1.0,
+                      run: Callable[[Any], Any] | None = None) -> EvalReport:  # fmt: skip
+    """The same evaluation for a prompted model (a hosted one, or a base model on any server), stored under
+    `{project}/baselines/{model}/eval-{split}.json`."""
+    from art_core.storage import Storage
+
+    report, _ = (run or _run)(evaluate_model(rollout.load_environment(), endpoint, model, step=0, split=split,
+                                             scenarios=scenarios, trials=trials, success_threshold=success_threshold,
+                                             sampling=rollout.sampling))  # fmt: skip
+    storage = Storage(storage_url)
+    storage.write_json(baseline_eval_path(storage, project, model, split), report.model_dump(mode="json"))
+    return report

@@ -12,32 +12,31 @@ and metrics in storage (a local folder, or s3:// with a local copy of each serve
     await backend.close()                   # stops the server (also done at exit and on Ctrl-C)
 
 On a CUDA machine the server sleeps while the trainer holds the GPU, and wakes after.
+
+It is one front door to the engine the Prefect pipeline also uses: servers, names and adapters come
+from art_core.serving, the layout and model.json from art_core.store, and a step is trained and recorded
+by art_core.step.train_and_record. What LocalBackend adds is state: which adapters each server holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 from art_core.backend import Backend, TrainResult
-from art_core.inference.lora import AdapterManager, step_name, write_zero_adapter
+from art_core.inference.lora import AdapterManager
 from art_core.inference.server import ServerConfig, ServerError, VLLMServer
 from art_core.model import Model, TrainableModel
+from art_core.serving import ServerPool, adapter_rank, local_adapter, step_name
 from art_core.storage import Storage
+from art_core.store import same_base_model
 
 if TYPE_CHECKING:
     from art_core.training.config import TrainConfig
     from art_core.trajectories import TrajectoryGroup
 
 log = logging.getLogger(__name__)
-
-
-def _same_model(a: str, b: str) -> bool:
-    return a == b or (os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b))
 
 
 class LocalBackend(Backend):
@@ -66,39 +65,24 @@ class LocalBackend(Backend):
             server_config = server_config.model_dump(exclude={"model"}, exclude_unset=True)
         self._server_overrides: dict[str, Any] = dict(server_config or {})
         self.keep_steps = keep_steps
-        self.cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "art-local-backend")
-        self._servers: list[VLLMServer] = [server] if server is not None else []
-        self._owned: set[int] = set()  # ids of servers this backend started (and so stops)
+        self.cache_dir = cache_dir  # local copies of adapters (default: art_core.serving.cache_dir())
+        self._pool = ServerPool(**self._server_overrides)
+        if server is not None:
+            self._pool.adopt(server)
         self._adapters: dict[int, AdapterManager] = {}
         self._models: dict[tuple[str, str], TrainableModel] = {}
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
-        return f"LocalBackend({self.storage.root!r}, servers={[s.base_url for s in self._servers]})"
+        return f"LocalBackend({self.storage.root!r}, servers={[s.base_url for s in self._pool.servers()]})"
 
     # ---- servers -------------------------------------------------------------------------------------
     def server_for(self, model: TrainableModel) -> VLLMServer:
         """The server that serves `model`'s base model (raises if the model was not registered here)."""
-        for server in self._servers:
-            if _same_model(server.config.model, model.base_model):
+        for server in self._pool.servers():
+            if same_base_model(server.config.model, model.base_model):
                 return server
         raise RuntimeError(f"no server for base model {model.base_model!r}: register the model with this backend first")
-
-    def _start_server(self, base_model: str) -> VLLMServer:
-        for server in self._servers:
-            if _same_model(server.config.model, base_model):
-                return server  # a dead one is restarted by ensure_serving(), which also reloads its adapters
-        fields = {
-            "served_model_name": os.path.basename(base_model.rstrip("/")) or base_model,
-            # CUDA: the trainer shares the GPU; vLLM's 0.9 would leave it too little once vLLM wakes up again.
-            "gpu_memory_utilization": 0.6,
-            **self._server_overrides,
-        }
-        server = VLLMServer(ServerConfig(model=base_model, **fields))
-        server.start()
-        self._servers.append(server)
-        self._owned.add(id(server))
-        return server
 
     def _adapter_manager(self, server: VLLMServer) -> AdapterManager:
         if id(server) not in self._adapters:
@@ -114,7 +98,7 @@ class LocalBackend(Backend):
         base URLs whose adapters were reloaded; a death is logged with the tail of the server's log.
         """
         reloaded = []
-        for server in self._servers:
+        for server in self._pool.servers():
             if not server.is_alive():
                 log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
                 await asyncio.to_thread(server.ensure_running)
@@ -138,33 +122,27 @@ class LocalBackend(Backend):
         key = (model.project, model.name)
         async with self._lock:
             for (project, name), other in self._models.items():
-                if name == model.name and project != model.project and _same_model(other.base_model, model.base_model):
+                if name == model.name and project != model.project and same_base_model(other.base_model, model.base_model):
                     raise ValueError(
                         f"model name {model.name!r} is already served for project {project!r} on this server; "
                         "adapters are named by model name, so pick another name"
                     )
-            await asyncio.to_thread(self._write_model_json, model)
-            server = await asyncio.to_thread(self._start_server, model.base_model)
-            await self.ensure_serving()
+            store = self.storage.model(model.project, model.name)
+            record = model.model_dump(mode="json", exclude={"inference_api_key", "inference_base_url", "base_model",
+                                                            "project", "name"})  # fmt: skip
+            await asyncio.to_thread(store.bind, model.base_model, **record)  # refuses another base model
             step = await self.get_step(model)
+            rank = await asyncio.to_thread(adapter_rank, store, step)  # the server must fit the latest adapter
+            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=rank)
+            await self.ensure_serving()
+            if step:  # a crash between checkpoint and history record: write the record back now
+                await asyncio.to_thread(store.backfill_train_record, step)
             await self._serve(model, server, step)
             self._models[key] = model
         model.inference_base_url = server.base_url
         model.inference_api_key = server.api_key
         model.inference_model_name = model.name
         model._step = step  # register happens before the model knows its backend, so get_step() cannot yet run
-
-    def _write_model_json(self, model: TrainableModel) -> None:
-        path = self.storage.join(self.storage.model_path(model.project, model.name), "model.json")
-        if self.storage.exists(path):
-            stored = self.storage.read_json(path).get("base_model")
-            if stored and stored != model.base_model:
-                raise ValueError(
-                    f"{model.project}/{model.name} was trained from base model {stored!r}, not {model.base_model!r}: "
-                    "its checkpoints do not fit. Use another model name, or the same base model."
-                )
-        record = model.model_dump(mode="json", exclude={"inference_api_key", "inference_base_url"})
-        self.storage.write_json(path, record)
 
     async def get_step(self, model: TrainableModel) -> int:
         """The latest complete checkpoint's step in storage, 0 when there is none."""
@@ -173,18 +151,7 @@ class LocalBackend(Backend):
 
     def local_checkpoint(self, model: TrainableModel, step: int) -> str:
         """A local directory holding step `step`'s adapter (a zero adapter for step 0), copied from storage if remote."""
-        if step == 0:
-            digest = hashlib.sha256(os.path.abspath(model.base_model).encode()).hexdigest()[:16]
-            path = os.path.join(self.cache_dir, "zero-adapters", digest)
-            if not os.path.exists(os.path.join(path, "adapter_config.json")):
-                write_zero_adapter(model.base_model, path)
-            return path
-        stored = self.storage.checkpoint_path(model.project, model.name, step)
-        if not self.storage.is_complete(stored):
-            have = self.storage.checkpoint_steps(model.project, model.name)
-            raise FileNotFoundError(f"no complete checkpoint for step {step} at {stored} (complete steps: {have or 'none'})")
-        local = os.path.join(self.cache_dir, "checkpoints", model.project, model.name, f"{step:04d}")
-        return self.storage.get_dir(stored, local)
+        return local_adapter(self.storage.model(model.project, model.name), model.base_model, step, cache=self.cache_dir)
 
     async def _serve(self, model: TrainableModel, server: VLLMServer, step: int) -> None:
         path = await asyncio.to_thread(self.local_checkpoint, model, step)
@@ -202,40 +169,46 @@ class LocalBackend(Backend):
         return step_name(model.name, step)
 
     async def train(
-        self, model: TrainableModel, groups: "list[TrajectoryGroup]", config: "TrainConfig | None" = None
+        self,
+        model: TrainableModel,
+        groups: "list[TrajectoryGroup] | None" = None,
+        config: "TrainConfig | None" = None,
+        _config: dict[str, Any] | None = None,
+        verbose: bool = False,
+        *,
+        trajectory_groups: "list[TrajectoryGroup] | None" = None,
+        **art_options: Any,
     ) -> TrainResult:
-        """One GRPO step in a worker thread; records its metrics in history.jsonl and serves the new adapter."""
-        from art_core.reporting import record_metrics
-        from art_core.rollouts import reward_summary
+        """One GRPO step in a worker thread; records its metrics in history.jsonl and serves the new adapter.
+
+        ART's backend-first form works as is: `await backend.train(model, groups, learning_rate=1e-5)`;
+        keywords and `_config` take ART's names (art_core.dev maps them onto TrainConfig, and reports the
+        ones without a counterpart). Afterwards `model.get_inference_name()` names the new step.
+        """
+        from art_core.dev import resolve_train_config, warn_untrained_histories
+        from art_core.step import train_and_record
         from art_core.training.config import TrainConfig
-        from art_core.training.trainer import train_step
+
+        groups = list(groups if groups is not None else trajectory_groups or [])
+        config = resolve_train_config(model, config, _config, art_options)
+        warn_untrained_histories(groups)
 
         if (model.project, model.name) not in self._models:
             raise RuntimeError(f"model {model.name!r} is not registered with this backend: `await model.register(backend)`")
         config = config or TrainConfig()
-        server = self.server_for(model)
-        if server.config.enable_lora and config.lora_rank > server.config.max_lora_rank:
-            raise ValueError(
-                f"lora_rank {config.lora_rank} exceeds the server's max_lora_rank {server.config.max_lora_rank}: "
-                "the new adapter could not be served. Lower lora_rank or pass server_config={'max_lora_rank': ...}."
-            )
+        store = self.storage.model(model.project, model.name)
         async with self._lock:
+            # The server's max_lora_rank follows the LoRA rank (a running server is restarted wider if needed).
+            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=config.lora_rank)
             await self.ensure_serving()
             step = await self.get_step(model)
-            slept = await asyncio.to_thread(server.sleep)  # frees the GPU for the trainer; no-op on CPU
-            try:
-                result = await asyncio.to_thread(
-                    train_step, base_model=model.base_model, groups=groups, config=config, storage=self.storage,
-                    project=model.project, name=model.name, step=step,
-                )  # fmt: skip
-            finally:
-                if slept:
-                    await asyncio.to_thread(_release_cuda_cache)
-                    await asyncio.to_thread(server.wake_up)
-            metrics = {**reward_summary(groups), **result.metrics}
-            await asyncio.to_thread(record_metrics, self.storage, model.project, model.name, result.step, metrics)
+            result = await asyncio.to_thread(train_and_record, store, model.base_model, groups, config, step,
+                                             servers=[server])  # sleeps while the trainer holds the GPU  # fmt: skip
             await self.ensure_serving()  # a server that died while we trained comes back before the new step loads
             await self._serve(model, server, result.step)
+        model._step = result.step  # rollouts after backend.train sample the new step (ART's backend-first loop)
+        if verbose:
+            log.warning("%s trained to step %d: %s", model.name, result.step, result.metrics)
         return result
 
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str = "val/reward") -> list[int]:
@@ -256,23 +229,86 @@ class LocalBackend(Backend):
 
     async def close(self) -> None:
         """Stop the servers this backend started (a server passed in is left running)."""
-        for server in list(self._servers):
-            if id(server) in self._owned:
-                await asyncio.to_thread(server.stop)
-                self._owned.discard(id(server))
-                self._servers.remove(server)
+        await asyncio.to_thread(self._pool.close)
         self._adapters.clear()
         self._models.clear()
 
+    # ---- ART compatibility: ART's experimental backend methods and sync `with LocalBackend() as b:` ----
+    def __enter__(self) -> "LocalBackend":
+        return self
 
-def _release_cuda_cache() -> None:
-    """Give the trainer's cached-but-free GPU blocks back before vLLM wakes up and re-allocates."""
-    try:
-        import torch
-    except ImportError:
-        return
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    def __exit__(self, *exc: Any) -> None:
+        self._pool.close()  # close() without an event loop: stopping servers is synchronous
+        self._adapters.clear()
+        self._models.clear()
+
+    def _s3_model_dir(self, model: Model, s3_bucket: str | None, prefix: str | None) -> str:
+        import os
+
+        bucket = s3_bucket or os.environ.get("BACKUP_BUCKET")
+        if not bucket:
+            raise ValueError("no S3 bucket: pass s3_bucket=... or set BACKUP_BUCKET (ART's variable)")
+        parts = [bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])]
+        return "s3://" + "/".join(parts + [model.project, "models", model.name])
+
+    async def _experimental_push_to_s3(self, model: Model, *, s3_bucket: str | None = None, prefix: str | None = None,
+                                       verbose: bool = False, delete: bool = False) -> str:  # fmt: skip
+        """ART's backup: copy the model's folder (checkpoints, history, trajectories) to
+        s3://{bucket}/[{prefix}/]{project}/models/{name}; returns that URL. `delete` also removes remote
+        files that are gone here."""
+        from art_core.storage import Storage
+
+        remote = self._s3_model_dir(model, s3_bucket, prefix)
+        local = self.storage.model_path(model.project, model.name)
+        target = Storage(remote.rsplit(f"/{model.project}/models/", 1)[0])
+        await asyncio.to_thread(self._sync_tree, self.storage, local, target, remote, delete)
+        if verbose:
+            log.warning("pushed %s to %s", local, remote)
+        return remote
+
+    async def _experimental_pull_from_s3(self, model: Model, *, s3_bucket: str | None = None,
+                                         prefix: str | None = None, verbose: bool = False,
+                                         delete: bool = False) -> str:  # fmt: skip
+        """ART's restore: copy s3://{bucket}/[{prefix}/]{project}/models/{name} into this backend's storage
+        (before `register`, so training resumes at the latest pulled step; after it, that step is served)."""
+        from art_core.storage import Storage
+
+        remote = self._s3_model_dir(model, s3_bucket, prefix)
+        source = Storage(remote.rsplit(f"/{model.project}/models/", 1)[0])
+        local = self.storage.model_path(model.project, model.name)
+        if not source.exists(remote):
+            log.warning("nothing to pull: %s does not exist", remote)
+            return remote
+        await asyncio.to_thread(self._sync_tree, source, remote, self.storage, local, delete)
+        if isinstance(model, TrainableModel) and (model.project, model.name) in self._models:
+            step = await self.get_step(model)
+            if step:
+                await self.serve_step(model, step)
+            model._step = step
+        if verbose:
+            log.warning("pulled %s into %s", remote, local)
+        return remote
+
+    @staticmethod
+    def _sync_tree(src: Storage, src_dir: str, dst: Storage, dst_dir: str, delete: bool) -> None:
+        """Copy every file under src_dir to dst_dir (through each storage's fsspec filesystem)."""
+        src_dir, dst_dir = src_dir.rstrip("/"), dst_dir.rstrip("/")
+        base = src.fs._strip_protocol(src_dir)
+        copied = set()
+        for f in src.fs.find(src_dir):
+            rel = f[len(base):].lstrip("/")
+            with src.fs.open(f, "rb") as fin:
+                data = fin.read()
+            target = dst.join(dst_dir, rel)
+            dst.fs.makedirs(dst.fs._parent(target), exist_ok=True)
+            with dst.fs.open(target, "wb") as fout:
+                fout.write(data)
+            copied.add(rel)
+        if delete and dst.fs.exists(dst_dir):
+            dbase = dst.fs._strip_protocol(dst_dir)
+            for f in dst.fs.find(dst_dir):
+                if f[len(dbase):].lstrip("/") not in copied:
+                    dst.fs.rm(f)
 
 
 __all__ = ["LocalBackend", "ServerConfig", "ServerError", "VLLMServer"]

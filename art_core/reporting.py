@@ -14,19 +14,18 @@ from __future__ import annotations
 import io
 import math
 import os
-import time
 from typing import Any, Iterable
 
 from art_core.storage import Storage
 
 
 def history_path(storage: Storage, project: str, name: str) -> str:
-    return storage.join(storage.model_path(project, name), "history.jsonl")
+    return storage.model(project, name).history
 
 
 def read_history(storage: Storage, project: str, name: str) -> list[dict[str, Any]]:
     """Every record of history.jsonl, in the order written ([] before the first step)."""
-    return storage.read_jsonl(history_path(storage, project, name))
+    return storage.model(project, name).read_history()
 
 
 def record_metrics(
@@ -37,18 +36,12 @@ def record_metrics(
     >>> record_metrics(Storage("/tmp/art"), "demo", "agent", 1, {"loss": 0.5})
     {'train/loss': 0.5}
     """
-    prefixed = {(k if "/" in k else f"{prefix}{k}"): _plain(v) for k, v in metrics.items()}
-    storage.append_jsonl(history_path(storage, project, name), {"step": step, "recorded_at": time.time(), **prefixed})
-    return prefixed
+    return storage.model(project, name).record(step, metrics, prefix)
 
 
 def step_metrics(storage: Storage, project: str, name: str, step: int, prefix: str = "train/") -> dict[str, Any]:
     """The metrics recorded for `step` whose keys start with `prefix` (the latest record wins)."""
-    out: dict[str, Any] = {}
-    for rec in read_history(storage, project, name):
-        if rec.get("step") == step:
-            out.update({k: v for k, v in rec.items() if k.startswith(prefix)})
-    return out
+    return storage.model(project, name).step_metrics(step, prefix)
 
 
 def metrics_table(history: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,13 +140,3 @@ def log_wandb(
         return run.dir
     finally:
         run.finish()
-
-
-def _plain(v: Any) -> Any:
-    """JSON-friendly scalars (numpy/torch scalars become floats)."""
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return str(v)

@@ -1,12 +1,6 @@
 """Object storage over fsspec: a local folder by default, s3://bucket/prefix through s3fs.
 
-Layout under the root (see DESIGN.md):
-
-    {project}/models/{name}/model.json
-    {project}/models/{name}/checkpoints/{step:04d}/   (adapter + trainer state; COMPLETE written last)
-    {project}/models/{name}/trajectories/{split}/{step:04d}.jsonl
-    {project}/models/{name}/history.jsonl
-    {project}/models/{name}/eval/{step:04d}.json
+The layout under the root belongs to art_core.store (ModelStore); the path helpers here ask it.
 
     >>> store = Storage("/tmp/art")
     >>> store.model_path("demo", "agent-1")
@@ -22,9 +16,9 @@ from typing import Any, Iterable
 
 import fsspec
 
+from art_core.store import CHECKPOINT_MARKER, ModelStore, model_dir  # the layout's one owner
 from art_core.trajectories import TrajectoryGroup, read_jsonl, write_jsonl
 
-CHECKPOINT_MARKER = "COMPLETE"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -89,13 +83,17 @@ class Storage:
         return "/".join([base, *[p.strip("/") for p in parts if p]])
 
     def model_path(self, project: str, name: str) -> str:
-        return self.join(validate_name(project, "project"), "models", validate_name(name, "model name"))
+        return model_dir(self.root, project, name)
+
+    def model(self, project: str, name: str) -> ModelStore:
+        """The model's folder with its layout (checkpoints, trajectories, history, evaluations)."""
+        return ModelStore(self, project, name)
 
     def checkpoint_path(self, project: str, name: str, step: int) -> str:
-        return self.join(self.model_path(project, name), "checkpoints", f"{step:04d}")
+        return self.model(project, name).checkpoint(step)
 
     def trajectories_path(self, project: str, name: str, split: str, step: int) -> str:
-        return self.join(self.model_path(project, name), "trajectories", split, f"{step:04d}.jsonl")
+        return self.model(project, name).trajectories(split, step)
 
     # ---- bytes and text ----------------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -179,15 +177,7 @@ class Storage:
 
     def checkpoint_steps(self, project: str, name: str) -> list[int]:
         """Steps whose checkpoint is complete (marker present), ascending; half-written ones are ignored."""
-        base = self.join(self.model_path(project, name), "checkpoints")
-        if not self.exists(base):
-            return []
-        steps = []
-        for entry in self.fs.ls(base, detail=False):
-            tail = entry.rstrip("/").rsplit("/", 1)[-1]
-            if tail.isdigit() and self.is_complete(self.join(base, tail)):
-                steps.append(int(tail))
-        return sorted(steps)
+        return self.model(project, name).checkpoint_steps()
 
     def latest_checkpoint_step(self, project: str, name: str) -> int | None:
         steps = self.checkpoint_steps(project, name)

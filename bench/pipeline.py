@@ -18,7 +18,6 @@ swings by tens of percent from load alone; the in-run figure does not.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import platform
 import statistics
@@ -50,30 +49,21 @@ def cpu_seconds() -> float:
 
 
 def plain_loop(cfg, steps: int) -> list[float]:
-    """The same art_core calls as the flow's tasks, in a plain for loop; seconds per step."""
-    from art_core.reporting import record_metrics
-    from art_core.rollouts import discover_endpoint, load_adapter, reward_summary, rollout_groups, scenarios_for_step
-    from art_core.training.trainer import train_step
+    """The same art_core calls as the flow's tasks (art_core.step), in a plain for loop; seconds per step."""
+    from art_core.rollouts import checkpoint_fingerprint
+    from art_core.serving import discover_endpoint
+    from art_core.step import gather_step, train_and_record
     from flows.train import refs
 
     ref, rollout = refs(cfg)
-    storage, env = ref.storage(), rollout.load_environment()
+    store = ref.store()
     endpoint = discover_endpoint(cfg.inference_url, os.environ["ART_INFERENCE_API_KEY"])
     times = []
     for step in range(steps):
         t0 = time.perf_counter()
-        served = endpoint.base_name
-        if step > 0:
-            served = f"{ref.model}@{step}"
-            load_adapter(endpoint, served, storage.checkpoint_path(ref.project, ref.model, step))
-        scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
-        groups = asyncio.run(rollout_groups(env, endpoint, served, scenarios, rollout.group_size,
-                                            sampling=rollout.sampling, pbar_desc=None))  # fmt: skip
-        uri = storage.trajectories_path(ref.project, ref.model, "train", step)
-        storage.write_groups(uri, groups)
-        result = train_step(base_model=ref.base_model, groups=storage.read_groups(uri), config=cfg.train,
-                            storage=storage, project=ref.project, name=ref.model, step=step)  # fmt: skip
-        record_metrics(storage, ref.project, ref.model, result.step, {**reward_summary(groups), **result.metrics})
+        policy = checkpoint_fingerprint(store.storage, ref.project, ref.model, step)
+        gathered = gather_step(ref, rollout, step, policy, lambda rank: endpoint)
+        train_and_record(store, ref.base_model, store.read_groups(gathered.uri), cfg.train, step)
         times.append(time.perf_counter() - t0)
     return times
 

@@ -22,10 +22,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from art_core.envs import SHIPPED
+from art_core.rewards.config import JudgeConfig
 from art_core.settings import get_settings
 from art_core.storage import validate_name
 from art_core.training.config import TrainConfig
-from tasks.specs import JudgeConfig
 
 
 class _Strict(BaseModel):
@@ -99,7 +99,8 @@ class RunConfig(_Strict):
     group_size: int = Field(4, ge=2, description="Rollouts per scenario; GRPO compares them with each other.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Learning rate and loss options.")
     judge: JudgeConfig | None = Field(None, description="RULER judge; None keeps the environment's reward.")
-    eval_every: int = Field(0, ge=0, description="Evaluate every N steps and after the last; 0 never.")
+    eval_every: int = Field(0, ge=0, description="Evaluate every N steps and always after the last one; 0 never. "
+                            "Larger than steps: only after the last.")  # fmt: skip
     eval: EvalConfig = Field(default_factory=EvalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     max_exceptions: float = Field(0, ge=0, description="Failed rollouts tolerated per step: a count, or a share if < 1.")
@@ -156,12 +157,6 @@ class RunConfig(_Strict):
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError(f"inference URL {v!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
         return v.rstrip("/") if v else v
-
-    @model_validator(mode="after")
-    def _eval_fits(self) -> "RunConfig":
-        if self.eval_every and self.eval_every > self.steps:
-            raise ValueError(f"eval_every ({self.eval_every}) is larger than steps ({self.steps}): evaluation would never run")
-        return self
 
     @model_validator(mode="after")
     def _constrained_sampling_needs_recomputed_logprobs(self) -> "RunConfig":

@@ -56,13 +56,13 @@ def main(argv: list[str] | None = None) -> None:
     print("a vLLM server for the tiny model starts when the first rollout needs it (20 s or more on CPU) ...")
 
     from flows.train import train
-    from tasks.serving import stop_servers
+    from art_core.serving import PROCESS_POOL
 
     t0 = time.perf_counter()
     try:
         summary = train(config)
     finally:
-        stop_servers()
+        PROCESS_POOL.close()  # the vLLM server this process started for the rollouts
     _print_summary(config, summary, time.perf_counter() - t0, api)
 
 

@@ -19,8 +19,7 @@ from art_core.settings import get_settings
 from flows.config import DeployConfig
 from flows.lifetime import guard_temporary_server
 from flows.train import refs
-from tasks import export_adapter, serve_step
-from tasks._async import run_sync
+from tasks import export_adapter, run_sync, serve_step
 
 
 class DeploySummary(BaseModel):

@@ -13,7 +13,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from art_core.evaluate import EvalReport
 from art_core.reporting import eval_markdown, log_wandb, metrics_table, read_history, reward_curve_png
-from tasks.specs import ModelRef
+from art_core.store import ModelRef
 
 
 def artifact_key(*parts: str) -> str:
@@ -22,13 +22,14 @@ def artifact_key(*parts: str) -> str:
 
 
 def eval_reports(ref: ModelRef) -> list[EvalReport]:
-    """Every stored evaluation of the model, by step."""
-    storage = ref.storage()
-    folder = ref.path("eval")
-    if not storage.exists(folder):
-        return []
-    paths = sorted(p for p in storage.fs.ls(folder, detail=False) if p.endswith(".json"))
-    return [EvalReport.model_validate(storage.read_json(p)) for p in paths]  # s3fs takes bucket/key paths as they are
+    """Every readable stored evaluation of the model, by step (a damaged file is named in a warning, skipped)."""
+    out = []
+    for record in ref.store().read_evals():
+        try:
+            out.append(EvalReport.model_validate(record))
+        except ValueError:
+            continue
+    return out
 
 
 def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:

@@ -14,12 +14,14 @@ import time
 from prefect import flow
 from pydantic import BaseModel
 
-from art_core.rollouts import checkpoint_fingerprint
+from art_core.rollouts import RolloutSpec, checkpoint_fingerprint
+from art_core.serving import server_lora_rank
+from art_core.store import ModelRef
 from flows.config import RunConfig
 from flows.lifetime import guard_temporary_server
+from flows.overrides import warn_if_config_replaced
 from flows.reporting import publish_run_report
 from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
-from tasks.specs import ModelRef, RolloutSpec
 
 
 class TrainSummary(BaseModel):
@@ -57,40 +59,42 @@ def policy_of(ref: ModelRef, step: int) -> str:
     return checkpoint_fingerprint(ref.storage(), ref.project, ref.model, step)
 
 
-def write_model_json(ref: ModelRef, config: RunConfig) -> None:
-    """Record what the model is (once): base model and environment. No secrets live in the config."""
-    storage = ref.storage()
-    path = ref.path("model.json")
-    if not storage.exists(path):
-        storage.write_json(path, {"project": ref.project, "name": ref.model, "base_model": ref.base_model,
-                                  "environment": config.environment.model_dump(), "trainable": True})  # fmt: skip
+def bind_model(ref: ModelRef, config: RunConfig) -> None:
+    """Record what the model is (base model, environment) and refuse a run whose base model differs from
+    the one its checkpoints were trained from, before any work. No secrets live in the config."""
+    ref.store().bind(ref.base_model, environment=config.environment.model_dump(), trainable=True)
 
 
 @flow(name="train", log_prints=True)
 def train(config: RunConfig) -> TrainSummary:
     """Train `config.model` until `config.steps` steps exist; resume whatever is already done."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
+    warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     ref, rollout = refs(config)
+    bind_model(ref, config)  # before any server starts or any task runs
     results = result_storage_for(config.storage_url)
     gather = gather_trajectories.with_options(result_storage=results)
     score = score_groups.with_options(result_storage=results)
     evaluate_step = evaluate.with_options(result_storage=results)
-    write_model_json(ref, config)
-    storage = ref.storage()
+    store = ref.store()
+    url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
     n, per_step = config.steps, config.groups_per_step * config.group_size
-    summary = TrainSummary(storage_url=config.storage_url, model_path=ref.path(), rewards={}, checkpoints={},
+    summary = TrainSummary(storage_url=config.storage_url, model_path=store.root, rewards={}, checkpoints={},
                            trained_steps=[], evaluations={}, report_paths={})  # fmt: skip
 
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
         t0 = time.perf_counter()
         policy = policy_of(ref, step)  # keys the cache on the weights sampled from, not just the step number
-        gathered = gather(ref, rollout, step, policy, config.inference_url)
-        if not storage.exists(gathered.uri):  # the cache outlived its file (deleted by hand): roll out again
-            gathered = gather.with_options(refresh_cache=True)(ref, rollout, step, policy, config.inference_url)
+        gathered = gather(ref, rollout, step, policy, url, rank)
+        if store.read_groups(gathered.uri) is None:  # the cache outlived its file (deleted, truncated): again
+            gathered = gather.with_options(refresh_cache=True)(ref, rollout, step, policy, url, rank)
         t1 = time.perf_counter()
-        scored = score(config.storage_url, gathered.uri, step, config.judge)
+        scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
+        if store.read_groups(scored.uri) is None:
+            scored = score.with_options(refresh_cache=True)(ref, gathered.uri, gathered.fingerprint, step, config.judge)
         t2 = time.perf_counter()
-        trained = train_step(ref, scored.uri, step, config.train.model_dump(mode="json"))
+        # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
+        trained = train_step(ref, scored.uri, step, config.train, url, return_state=True).result()
         t3 = time.perf_counter()
         summary.step_seconds[step + 1] = t3 - t0
         summary.phase_seconds[step + 1] = {"gather": gathered.seconds, "score": scored.seconds, "train": trained.seconds}
@@ -106,7 +110,9 @@ def train(config: RunConfig) -> TrainSummary:
         if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
             e = config.eval
             report = evaluate_step(ref, rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
-                                   e.trials, e.success_threshold, config.inference_url)  # fmt: skip
+                                   e.trials, e.success_threshold, url, rank)  # fmt: skip
+            if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
+                store.write_eval(trained.step, report.model_dump(mode="json"))
             summary.evaluations[trained.step] = report.reward
             print(f"  eval step {trained.step} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
 

@@ -6,6 +6,7 @@ Pure, costly tasks (gather, score, evaluate) are cached on inputs plus source, w
 in the run's own storage (tasks.results); train_step is idempotent by its checkpoint instead.
 """
 
+from tasks._async import run_sync
 from tasks.deploy import export_adapter, serve_step
 from tasks.evaluate import evaluate, evaluate_prompted
 from tasks.gather import gather_trajectories
@@ -28,6 +29,7 @@ __all__ = [
     "export_adapter",
     "gather_trajectories",
     "result_storage_for",
+    "run_sync",
     "score_groups",
     "serve_step",
     "train_step",

@@ -50,3 +50,19 @@ def result_storage_for(storage_url: str):
     digest = hashlib.sha1(f"{root}|{endpoint}".encode()).hexdigest()[:12]
     block.save(f"art-results-{digest}", overwrite=True)
     return block
+
+
+def step_run_name(phase: str):
+    """A task run name that counts steps from 1, as the flow's log does: the gather, score and train of step
+    N work on checkpoint N - 1 (their `step` parameter) and produce checkpoint N.
+
+    >>> gather = gather_trajectories.with_options(task_run_name=step_run_name("gather"))   # doctest: +SKIP
+    """
+
+    def name() -> str:
+        from prefect.runtime import task_run
+
+        return f"{phase} step {int(task_run.parameters['step']) + 1}"
+
+    return name
+

@@ -1,9 +1,11 @@
-"""Prefect task: one GRPO step, made idempotent by its checkpoint instead of by a cache.
+"""Prefect task: one GRPO step and its history record (art_core.step.train_and_record), idempotent by its
+checkpoint instead of by a cache.
 
-If `checkpoints/{step+1:04d}` is complete in storage the step is not trained again (its metrics are
-read back from history.jsonl); otherwise the trainer resumes from `checkpoints/{step:04d}` and writes
-the new checkpoint with its COMPLETE marker last. A crash mid-step leaves no complete checkpoint, so
-the re-run trains that step once. The checkpoint travels by URI, never as a task result.
+If `checkpoints/{step+1:04d}` is complete the step is not trained again: the task ends in a `Cached`
+state, and a history record lost to a crash is written back from the checkpoint. Otherwise the trainer
+resumes from `checkpoints/{step:04d}` and writes the new checkpoint with its COMPLETE marker last. A
+vLLM server this process runs for the model sleeps while the trainer holds the device. The checkpoint
+travels by URI, never as a task result.
 """
 
 from __future__ import annotations
@@ -12,32 +14,32 @@ import time
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed
 
-from art_core.reporting import record_metrics, step_metrics
-from art_core.rollouts import reward_summary
-from tasks.specs import ModelRef, TrainStepResult
+from art_core.serving import servers_sharing
+from art_core.step import train_and_record
+from art_core.store import ModelRef
+from art_core.training.config import TrainConfig
+from tasks.results import step_run_name
+from tasks.specs import TrainStepResult
 
 
-@task(name="train_step", task_run_name="train step {step}", cache_policy=NO_CACHE, persist_result=False)
-def train_step(ref: ModelRef, scored_uri: str, step: int, train_config: dict) -> TrainStepResult:
-    """Train step `step` -> checkpoint `step + 1` on the scored groups at `scored_uri`."""
+@task(name="train_step", task_run_name=step_run_name("train"), cache_policy=NO_CACHE, persist_result=False)
+def train_step(ref: ModelRef, scored_uri: str, step: int, config: TrainConfig, inference_url: str | None = None):
+    """Train checkpoint `step` -> checkpoint `step + 1` on the scored groups at `scored_uri`."""
     t0, log = time.perf_counter(), get_run_logger()
-    storage = ref.storage()
-    target = storage.checkpoint_path(ref.project, ref.model, step + 1)
-    if storage.is_complete(target):
-        log.info("checkpoint %s exists: step %d is not trained again", target, step + 1)
-        metrics = step_metrics(storage, ref.project, ref.model, step + 1, prefix="train/")
-        return TrainStepResult(step=step + 1, checkpoint_uri=target, metrics=metrics, trained=False)
-    from art_core.training.config import TrainConfig
-    from art_core.training.trainer import train_step as train_one_step
-
-    groups = storage.read_groups(scored_uri)
-    result = train_one_step(base_model=ref.base_model, groups=groups,
-                            config=TrainConfig.model_validate(train_config), storage=storage,
-                            project=ref.project, name=ref.model, step=step)  # fmt: skip
-    # The reward the step was trained on sits next to the trainer's own metrics (loss, grad norm...).
-    metrics = {**reward_summary(groups), **result.metrics}
-    metrics = record_metrics(storage, ref.project, ref.model, result.step, metrics, prefix="train/")
-    log.info("trained step %d -> %s", result.step, result.checkpoint_path)
-    return TrainStepResult(step=result.step, checkpoint_uri=result.checkpoint_path or target, metrics=metrics,
-                           trained=True, seconds=time.perf_counter() - t0)  # fmt: skip
+    store = ref.store()
+    groups = store.read_groups(scored_uri)
+    if groups is None and not store.is_complete(step + 1):
+        raise FileNotFoundError(f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
+                                "run the flow again and they are gathered and scored again")  # fmt: skip
+    servers = servers_sharing(ref.base_model, inference_url)
+    result = train_and_record(store, ref.base_model, groups or [], config, step, servers=servers)
+    out = TrainStepResult(step=result.step, checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
+                          metrics=result.metrics, trained=result.trained, seconds=time.perf_counter() - t0)  # fmt: skip
+    if not result.trained:
+        log.info("checkpoint %s exists: step %d is not trained again", out.checkpoint_uri, result.step)
+        # Shown as Cached in the UI, like a cache hit: nothing was trained (idempotent by the checkpoint).
+        return Completed(name="Cached", data=out, message=f"checkpoint {result.step} exists: not trained again")
+    log.info("trained step %d -> %s", result.step, out.checkpoint_uri)
+    return Completed(data=out)

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from art_core.storage import CHECKPOINT_MARKER, Storage
+from art_core.store import step_dir
 
 # Trainer state that must not ship with an exported adapter.
 _STATE_PREFIXES = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", CHECKPOINT_MARKER)
@@ -57,12 +58,12 @@ def model_card(*, project: str, name: str, step: int, base_model: str, metrics: 
 def export_adapter(storage: Storage, project: str, name: str, step: int, base_model: str,
                    destination: str | None = None) -> str:  # fmt: skip
     """Copy step `step`'s adapter files and a model card to `destination` (default `exports/{step:04d}`)."""
-    src = storage.checkpoint_path(project, name, step)
-    if not storage.is_complete(src):
-        have = storage.checkpoint_steps(project, name)
+    store = storage.model(project, name)
+    src = store.checkpoint(step)
+    if not store.is_complete(step):
+        have = store.checkpoint_steps()
         raise FileNotFoundError(f"no complete checkpoint for step {step} at {src}; complete steps: {have or 'none'}")
-    model_dir = storage.model_path(project, name)
-    dest = (destination or storage.join(model_dir, "exports", f"{step:04d}")).rstrip("/")
+    dest = (destination or store.path("exports", step_dir(step))).rstrip("/")
     storage.delete(dest)  # a previous, maybe half-finished export of the same step
     copied = []
     for entry in storage.fs.ls(src, detail=True):
@@ -78,14 +79,9 @@ def export_adapter(storage: Storage, project: str, name: str, step: int, base_mo
         copied.append(fname)
     if "adapter_config.json" not in copied:
         raise FileNotFoundError(f"checkpoint {src} holds no adapter_config.json: is it a peft adapter?")
-    metrics, evals = {}, []
-    hist = storage.join(model_dir, "history.jsonl")
-    for rec in storage.read_jsonl(hist):
-        if rec.get("step") == step:
-            metrics.update({k: v for k, v in rec.items() if "/" in k})
-    ev_path = storage.join(model_dir, "eval", f"{step:04d}.json")
-    if storage.exists(ev_path):
-        evals.append(storage.read_json(ev_path))
+    metrics = store.step_metrics(step, prefix="")
+    metrics = {k: v for k, v in metrics.items() if "/" in k}
+    evals = [ev] if (ev := store.read_eval(step)) else []
     card = model_card(project=project, name=name, step=step, base_model=base_model, metrics=metrics, evals=evals)
     storage.write_text(f"{dest}/README.md", card)
     storage.write_text(f"{dest}/export.json", json.dumps(

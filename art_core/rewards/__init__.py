@@ -9,6 +9,7 @@ litellm is imported only when a judge is called, so importing this package stays
 from __future__ import annotations
 
 from art_core.rewards.accounting import JudgeUsage
+from art_core.rewards.config import JudgeConfig
 from art_core.rewards.judge import JudgeError
 from art_core.rewards.ruler import (
     DEFAULT_RUBRIC,
@@ -23,6 +24,7 @@ from art_core.rewards.ruler import (
 
 __all__ = [
     "DEFAULT_RUBRIC",
+    "JudgeConfig",
     "JudgeError",
     "JudgeUsage",
     "RulerConfig",

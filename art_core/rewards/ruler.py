@@ -23,12 +23,14 @@ validated reply under the storage root (`{root}/_cache/ruler/`), so re-running a
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Literal, Sequence
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.rewards.accounting import JudgeUsage
+from art_core.rewards.config import DEFAULT_RUBRIC, JudgeConfig, resolve_judge, split_secrets
 from art_core.rewards.cache import JudgeCache
 from art_core.rewards.judge import JudgeError, call_judge, reply_model
 from art_core.rewards.render import judge_messages, render_messages, render_tools
@@ -36,46 +38,16 @@ from art_core.trajectories import Message, Tools, Trajectory, TrajectoryGroup, c
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RUBRIC = """\
-- An attempt that achieves what the user asked for scores far above one that does not, however \
-polished the failing attempt reads.
-- Rules the agent was given (system prompt, policy) count: breaking one costs heavily, even when \
-the goal is reached.
-- Among attempts that succeed, prefer the one that gets there with fewer wasted steps, fewer \
-errors and no needless or repeated tool calls.
-- Partial progress earns partial credit: an attempt that got further toward the goal beats one \
-that did not start.
-- Let the gaps between scores mirror the gaps in quality: attempts of about equal quality get \
-about equal scores."""
-
 # What every trajectory gets when all of a group's trajectories are identical: no judge is asked,
 # since equal scores carry no GRPO signal whatever their value.
 IDENTICAL_SCORE = 0.5
 
 
-class RulerConfig(BaseModel):
-    """How RULER judges. Every field can also be passed to `ruler`/`ruler_score_group` as a keyword."""
+# The one judge configuration (art_core.rewards.config); RulerConfig is its older name here.
+RulerConfig = JudgeConfig
 
-    model_config = ConfigDict(extra="forbid")
-
-    judge_model: str | None = Field(None, description="litellm model name; None reads ART_JUDGE_MODEL")
-    rubric: str = Field(DEFAULT_RUBRIC, description="what makes an attempt better, in plain words")
-    extra_litellm_params: dict[str, Any] = Field(
-        default_factory=dict, description="passed to litellm.acompletion: api_base, api_key, temperature, max_tokens..."
-    )
-    max_retries: int = Field(3, ge=0, description="attempts after the first on a transient or malformed reply")
-    backoff_s: float = Field(1.0, ge=0, description="first retry delay; doubles on each further retry")
-    timeout_s: float = Field(120.0, gt=0, description="seconds one judge request may take")
-    max_concurrency: int = Field(8, ge=1, description="judge requests in flight at once per endpoint and model")
-    explanation_max_chars: int | None = Field(
-        None, ge=1, description="schema maxLength of each explanation: set it for small self-hosted judges"
-    )
-    cache: bool = Field(True, description="reuse stored replies for identical requests")
-    cache_root: str | None = Field(None, description="storage root for the cache; None reads ART_STORAGE_ROOT")
-    combine: Literal["ruler", "weighted"] = Field(
-        "ruler", description="'ruler': reward = judge score; 'weighted': a weighted sum with the previous reward"
-    )
-    ruler_weight: float = Field(0.5, ge=0, le=1, description="with combine='weighted', the judge score's weight")
+# Options of ruler()/ruler_score_group() that are not stored config: where the reply cache lives.
+RUNTIME_OPTIONS = ("cache_root",)
 
 
 class TrajectoryScore(BaseModel):
@@ -93,37 +65,45 @@ class RulerResult(BaseModel):
     usage: JudgeUsage
 
 
-def _resolve(judge_model: str | None, extra_litellm_params: dict[str, Any] | None, rubric: str | None, config: RulerConfig | None, options: dict[str, Any]) -> RulerConfig:
-    """One RulerConfig from explicit arguments, a config and keyword options, judge filled from settings."""
+class _Resolved(BaseModel):
+    """A config ready to call: judge model filled in, litellm params with secrets (never stored), cache root."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    config: JudgeConfig
+    litellm_params: dict[str, Any]
+    cache_root: str | None
+
+
+# ART's default judge (ruler_score_group(group) with no judge named, and no ART_JUDGE_MODEL set).
+DEFAULT_JUDGE_MODEL = "openai/o3"
+
+
+def _resolve(judge_model: str | None, extra_litellm_params: dict[str, Any] | None, rubric: str | None,
+             config: JudgeConfig | None, options: dict[str, Any]) -> _Resolved:  # fmt: skip
+    """One config from explicit arguments, a config and keyword options; the judge and key from settings."""
     from art_core.settings import get_settings
 
-    base = (config or RulerConfig()).model_dump()
-    unknown = set(options) - set(RulerConfig.model_fields)
+    unknown = set(options) - set(JudgeConfig.model_fields) - {"judge_model", "extra_litellm_params"} - set(RUNTIME_OPTIONS)
     if unknown:
-        raise TypeError(f"unknown RULER option(s) {sorted(unknown)}; valid ones: {sorted(RulerConfig.model_fields)}")
+        valid = sorted({*JudgeConfig.model_fields, *RUNTIME_OPTIONS})
+        raise TypeError(f"unknown RULER option(s) {sorted(unknown)}; valid ones: {valid}")
+    cache_root = options.pop("cache_root", None)
+    base = (config or JudgeConfig()).model_dump()
     base.update(options)
     if judge_model is not None:
-        base["judge_model"] = judge_model
+        base["model"] = judge_model
+    if base.get("model") is None and not get_settings().judge_model and os.environ.get("OPENAI_API_KEY"):
+        base["model"] = DEFAULT_JUDGE_MODEL  # ART's default judge, when its provider's key is there to call it
+    plain, secrets = split_secrets(extra_litellm_params)
     if extra_litellm_params is not None:
-        base["extra_litellm_params"] = dict(extra_litellm_params)
+        base["litellm_params"] = plain  # secrets stay in this call only
     if rubric is not None:
         base["rubric"] = rubric
-    cfg = RulerConfig.model_validate(base)
-    settings = get_settings()
-    if cfg.judge_model is None:
-        if not settings.judge_model:
-            raise ValueError("no RULER judge model: pass judge_model='openai/...' or set ART_JUDGE_MODEL")
-        cfg.judge_model = settings.judge_model
-        # The settings' endpoint belongs to the settings' judge; an explicit judge brings its own.
-        params = dict(cfg.extra_litellm_params)
-        if settings.judge_api_base and "api_base" not in params:
-            params["api_base"] = settings.judge_api_base
-        if settings.judge_api_key and "api_key" not in params:
-            params["api_key"] = settings.judge_api_key.get_secret_value()
-        cfg.extra_litellm_params = params
-    if cfg.cache and cfg.cache_root is None:
-        cfg.cache_root = settings.storage_root
-    return cfg
+    cfg, params = resolve_judge(JudgeConfig.model_validate(base), secrets)
+    if cfg.cache and cache_root is None:
+        cache_root = get_settings().storage_root
+    return _Resolved(config=cfg, litellm_params=params, cache_root=cache_root)
 
 
 def _as_messages(item: Trajectory | Sequence[Message | Choice]) -> list[Message]:
@@ -134,12 +114,20 @@ def _as_messages(item: Trajectory | Sequence[Message | Choice]) -> list[Message]
 
 async def judge_trajectories(
     message_lists: Sequence[Trajectory | Sequence[Message | Choice]],
-    config: RulerConfig,
+    config: JudgeConfig,
     tools: Sequence[Tools | None] | None = None,
+    *,
+    litellm_params: dict[str, Any] | None = None,
+    cache_root: str | None = None,
 ) -> RulerResult:
-    """Score trajectories relative to each other with a resolved config (see `ruler` for the short form)."""
-    if config.judge_model is None:
-        raise ValueError("RulerConfig.judge_model is None: resolve the config with ruler()/ruler_score_group()")
+    """Score trajectories relative to each other (see `ruler` for the short form, which resolves the judge).
+
+    `config.model` must be set; `litellm_params` are the call's (api_base, api_key...), never stored:
+    the reply cache is keyed on the config's own params only.
+    """
+    if config.model is None:
+        raise ValueError("JudgeConfig.model is None: resolve the judge with ruler()/ruler_score_group()")
+    params = dict(config.litellm_params if litellm_params is None else litellm_params)
     n = len(message_lists)
     if n == 0:
         return RulerResult(scores=[], usage=JudgeUsage())
@@ -160,24 +148,26 @@ async def judge_trajectories(
         return RulerResult(scores=scores, usage=JudgeUsage())
 
     sent_ids = [ids[i] for i in unique]
-    messages = judge_messages([rendered[i] for i in unique], sent_ids, config.rubric, [tools[i] for i in unique])
+    messages = judge_messages([rendered[i] for i in unique], sent_ids, config.rubric_text, [tools[i] for i in unique])
     response_model = reply_model(sent_ids, config.explanation_max_chars)
     cache = key = None
     if config.cache:
         from art_core.storage import Storage
 
-        cache = JudgeCache(Storage(config.cache_root or "./.art"))
+        cache = JudgeCache(Storage(cache_root or "./.art"))
         schema = response_model.model_json_schema()
-        key = cache.key(config.judge_model, config.rubric, messages, schema, config.extra_litellm_params)
+        # Keyed on what shapes the reply (model, rubric, prompt, schema, sampling), never on a key.
+        plain = {k: v for k, v in params.items() if k not in split_secrets(params)[1]}
+        key = cache.key(config.model, config.rubric_text, messages, schema, plain)
         record = cache.get(key)
         if record is not None and set(record["scores"]) == set(sent_ids):
             return RulerResult(scores=_map_back(record["scores"], ids, same_as), usage=JudgeUsage(cache_hits=1))
 
     verdicts, usage = await call_judge(
         messages,
-        judge_model=config.judge_model,
+        judge_model=config.model,
         response_model=response_model,
-        extra_litellm_params=config.extra_litellm_params,
+        extra_litellm_params=params,
         max_retries=config.max_retries,
         backoff_s=config.backoff_s,
         timeout_s=config.timeout_s,
@@ -185,7 +175,7 @@ async def judge_trajectories(
     )
     if cache is not None and key is not None:
         try:
-            cache.put(key, config.judge_model, verdicts, usage.model_dump())
+            cache.put(key, config.model, verdicts, usage.model_dump())
         except Exception as exc:  # the scores are valid and paid for; a full disk must not lose them
             log.warning("could not store the RULER reply in the cache at %s: %s", cache.path(key), exc)
     return RulerResult(scores=_map_back(verdicts, ids, same_as), usage=usage)
@@ -207,28 +197,33 @@ async def ruler(
     rubric: str | None = None,
     *,
     tools: Sequence[Tools | None] | None = None,
-    config: RulerConfig | None = None,
+    debug: bool = False,
+    config: JudgeConfig | None = None,
     **options: Any,
 ) -> list[TrajectoryScore]:
     """Score each conversation in [0, 1] relative to the others, with a short explanation each.
 
     message_lists: conversations (lists of chat messages or Choices) or Trajectories, all attempts
-    at the same task. Options are RulerConfig's fields (max_retries, timeout_s, cache, ...).
+    at the same task. Options are JudgeConfig's fields (max_retries, timeout_s, cache, ...) and cache_root.
     Raises JudgeError when the judge gives no usable reply within the allowed attempts.
 
         scores = await ruler([conv_a, conv_b], "openai/o4-mini")
         scores[0].score, scores[0].explanation
     """
-    cfg = _resolve(judge_model, extra_litellm_params, rubric, config, options)
-    return (await judge_trajectories(message_lists, cfg, tools)).scores
+    r = _resolve(judge_model, extra_litellm_params, rubric, config, options)
+    scores = (await judge_trajectories(message_lists, r.config, tools, litellm_params=r.litellm_params,
+                                       cache_root=r.cache_root)).scores  # fmt: skip
+    for s in scores if debug else []:
+        print(f"[RULER] {s.trajectory_id}: {s.score:.3f} {s.explanation}")
+    return scores
 
 
-def combine_reward(score: float, independent_reward: float, config: RulerConfig) -> float:
+def combine_reward(score: float, independent_reward: float, config: JudgeConfig) -> float:
     """The trajectory's new reward: the judge score, or ruler_weight * score + (1 - ruler_weight) * env reward.
 
     Keep the environment's reward on a scale like the judge's [0, 1] when weighting them.
 
-        >>> combine_reward(1.0, 0.0, RulerConfig(combine="weighted", ruler_weight=0.75))
+        >>> combine_reward(1.0, 0.0, JudgeConfig(combine="weighted", ruler_weight=0.75))
         0.75
     """
     if config.combine == "ruler":
@@ -243,7 +238,8 @@ async def ruler_score_group(
     rubric: str | None = None,
     *,
     swallow_exceptions: bool = False,
-    config: RulerConfig | None = None,
+    debug: bool = False,
+    config: JudgeConfig | None = None,
     **options: Any,
 ) -> TrajectoryGroup | None:
     """A new group whose rewards are the judge's scores (the input group is left unchanged).
@@ -255,12 +251,15 @@ async def ruler_score_group(
 
     swallow_exceptions=True: if the judge fails, log why and return None, which
     gather_trajectory_groups' after_each takes as "drop this group"; other groups are untouched.
+    debug=True: print each verdict (score and explanation) as it comes back, as ART does.
 
         scored = await ruler_score_group(group, "openai/o4-mini", combine="weighted", ruler_weight=0.8)
     """
-    cfg = _resolve(judge_model, extra_litellm_params, rubric, config, options)  # config errors always raise
+    r = _resolve(judge_model, extra_litellm_params, rubric, config, options)  # config errors always raise
+    cfg = r.config
     try:
-        result = await judge_trajectories(group.trajectories, cfg)
+        result = await judge_trajectories(group.trajectories, cfg, litellm_params=r.litellm_params,
+                                          cache_root=r.cache_root)  # fmt: skip
     except Exception as exc:
         if not swallow_exceptions:
             raise
@@ -273,6 +272,8 @@ async def ruler_score_group(
         new.metrics["ruler_score"] = verdict.score
         new.reward = combine_reward(verdict.score, old.reward, cfg)
         new.log(f"RULER score {verdict.score:.3f}: {verdict.explanation}")
+        if debug:
+            print(f"[RULER] {verdict.trajectory_id}: {verdict.score:.3f} {verdict.explanation}")
         trajectories.append(new)
     metrics = dict(group.metrics)
     for name, value in result.usage.as_metrics().items():

@@ -62,3 +62,20 @@ def test_flow_refuses_bad_config_before_any_work(prefect_api, tiny_model_path, t
         train(config=_base(tiny_model_path, tmp_path, group_size=1))
     assert "group_size" in str(e.value)
     assert not storage.exists(), "the refused run must not touch storage"
+
+
+def test_eval_every_larger_than_steps_means_evaluate_after_the_last_step(tiny_model_path, tmp_path):
+    """The UI's defaults (steps 3, eval_every 3) with steps lowered to 2 is a valid run: it evaluates at its end."""
+    cfg = RunConfig(**_base(tiny_model_path, tmp_path, steps=2, eval_every=3))
+    assert cfg.eval_every == 3 and cfg.steps == 2
+
+
+def test_one_judge_config_for_the_run_the_task_and_ruler():
+    from art_core.rewards import JudgeConfig as LibraryJudge
+    from art_core.rewards.ruler import RulerConfig
+    from flows.config import JudgeConfig as RunJudge
+    from tasks import JudgeConfig as TaskJudge
+
+    assert LibraryJudge is RunJudge is TaskJudge is RulerConfig
+    judge = LibraryJudge(judge_model="openai/o4-mini", extra_litellm_params={"temperature": 0.2})  # ART's names
+    assert judge.model == "openai/o4-mini" and judge.litellm_params == {"temperature": 0.2} and judge.timeout_s == 120

@@ -100,7 +100,7 @@ def test_three_steps_write_checkpoints_trajectories_and_metrics_to_s3(trained):
     assert f"{model}/eval/0003.json" in objects and f"{model}/reports/reward_curve.png" in objects
     assert any(k.startswith(f"{cfg.storage_url.removeprefix('s3://')}/.prefect/results/") for k in objects)
     states = task_states(run_id)
-    assert states["gather step 0"] == "Completed" and states["train step 2"] == "Completed"
+    assert states["gather step 1"] == "Completed" and states["train step 3"] == "Completed"
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
@@ -119,9 +119,10 @@ def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained
     assert summary.trained_steps == [], "a step was trained again"
     assert summary.rewards == first.rewards
     states = task_states(run_id)
-    for step in range(3):
+    for step in (1, 2, 3):  # task runs count steps from 1, as the flow's log does
         assert states[f"gather step {step}"] == "Cached"
         assert states[f"score step {step}"] == "Cached"
+        assert states[f"train step {step}"] == "Cached"  # the checkpoint existed: nothing trained
     assert states["evaluate step 3 on val"] == "Cached"
     assert _vllm_requests(vllm_server) == requests_before, "the re-run sent requests to the model"
     after = s3_objects(cfg.storage_url)
@@ -145,7 +146,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s
     proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
-        _wait_for_task(run_name, "gather step 1", proc, timeout=300)
+        _wait_for_task(run_name, "gather step 2", proc, timeout=300)
         os.kill(proc.pid, signal.SIGKILL)  # during step 2: its rollouts are done, scoring/training under way
         proc.wait(timeout=30)
     finally:
@@ -164,7 +165,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s
     states = task_states(run_id)
     # Step 1's cache record may not be committed yet when the kill lands; then the task finds its rollouts
     # in storage (Completed, not Cached). Either way nothing is rolled out again (ETags checked below).
-    assert states["gather step 0"] == "Cached" and states["gather step 1"] in ("Cached", "Completed"), states
+    assert states["gather step 1"] == "Cached" and states["gather step 2"] in ("Cached", "Completed"), states
     assert storage.checkpoint_steps(cfg.project, cfg.model) == [1, 2, 3]
     assert sorted(summary.trained_steps) == [s for s in (1, 2, 3) if s not in done_before]
     steps_trained = [r["step"] for r in history(cfg.storage_url, cfg) if "train/reward" in r]
@@ -326,7 +327,7 @@ def test_lost_cache_still_neither_rolls_out_nor_trains_finished_steps(trained, v
     requests_before = _vllm_requests(vllm_server)
     summary, run_id = run_flow(cfg.model_copy(update={"eval_every": 0}))
     assert summary.trained_steps == [] and summary.rewards == first.rewards
-    assert task_states(run_id)["gather step 2"] == "Completed"  # ran, but found step 3 trained on its file
+    assert task_states(run_id)["gather step 3"] == "Completed"  # ran, but found step 3 trained on its file
     assert _vllm_requests(vllm_server) == requests_before
     after = s3_objects(cfg.storage_url)
     assert all(after.get(k) == etag for k, etag in objects_before.items() if "/trajectories/train/" in k)

@@ -1,0 +1,307 @@
+"""The serving layer both front doors share: servers per process, endpoints, adapters, one naming rule.
+
+`LocalBackend` (the library) and the Prefect tasks (the pipeline) sample through these functions, so a
+model is served the same way whichever door trained it:
+
+- step N of model `name` is the LoRA adapter `name@N`; step 0 is a zero adapter (it answers exactly as
+  the base model), so `name@0` exists before any training;
+- the base model itself answers to `base_served_name(base_model)` (the folder's name);
+- a server's `max_lora_rank` follows the run's LoRA rank (rounded up to a rank vLLM accepts); a running
+  server whose limit is too small is restarted with a larger one (same port and key);
+- on CUDA a server started here leaves the trainer room (`gpu_memory_utilization` 0.6) and sleeps while
+  it trains (`art_core.step.train_and_record`).
+
+    pool = ServerPool()                                      # LocalBackend owns one; tasks use PROCESS_POOL
+    server = pool.get("/models/tiny", max_lora_rank=16)      # started once, reused afterwards
+    endpoint = Endpoint.of(server)
+    name = serve_step(endpoint, ModelStore(root, "demo", "agent"), "/models/tiny", step=2)   # 'agent@2'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from art_core.inference.server import ServerConfig, VLLMServer
+    from art_core.store import ModelStore
+
+log = logging.getLogger(__name__)
+
+# Ranks vLLM 0.32 accepts for --max-lora-rank.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+# CUDA: the trainer shares the GPU; vLLM's own 0.9 leaves it too little once vLLM wakes up again.
+TRAINING_GPU_SHARE = 0.6
+
+
+def step_name(name: str, step: int) -> str:
+    """The served name of one step: `agent@3` (step 0: the zero adapter, i.e. the base model).
+
+    >>> step_name("agent", 3)
+    'agent@3'
+    """
+    return f"{name}@{step}"
+
+
+def base_served_name(base_model: str) -> str:
+    """The one name a base model answers to on every server we start: its folder's name.
+
+    >>> base_served_name("/models/Qwen2.5-7B-Instruct/")
+    'Qwen2.5-7B-Instruct'
+    """
+    return os.path.basename(base_model.rstrip("/")) or base_model
+
+
+def server_lora_rank(rank: int) -> int:
+    """The smallest --max-lora-rank vLLM accepts that serves adapters of rank `rank`.
+
+    >>> server_lora_rank(12)
+    16
+    """
+    for allowed in VLLM_LORA_RANKS:
+        if rank <= allowed:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is larger than vLLM serves (at most {VLLM_LORA_RANKS[-1]})")
+
+
+class Endpoint(BaseModel):
+    """An OpenAI-compatible vLLM server: where it is, its key (never stored) and its base model's name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    api_key: str | None = Field(None, exclude=True, repr=False)
+    base_name: str
+
+    @classmethod
+    def of(cls, server: "VLLMServer") -> "Endpoint":
+        return cls(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name)
+
+    def client(self, **kwargs: Any):
+        """An `openai.AsyncOpenAI` for this server (no retries: a dead server must show, not stall)."""
+        import openai
+
+        kwargs.setdefault("timeout", 600)
+        kwargs.setdefault("max_retries", 0)
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "none", **kwargs)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    @property
+    def root_url(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
+
+def discover_endpoint(base_url: str, api_key: str | None = None) -> Endpoint:
+    """An Endpoint for a running server, its base model's name read from /v1/models (the entry with no parent).
+
+    >>> discover_endpoint("http://127.0.0.1:8000/v1", "key").base_name   # doctest: +SKIP
+    'tiny'
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=30.0)
+    except httpx.HTTPError as e:
+        raise ConnectionError(f"inference server {base_url} is unreachable ({e}); start it or fix inference_url") from e
+    if r.status_code == 401:
+        raise PermissionError(f"inference server {base_url} refused the key: set ART_INFERENCE_API_KEY to its key")
+    r.raise_for_status()
+    bases = [m["id"] for m in r.json()["data"] if not m.get("parent")]
+    if not bases:
+        raise RuntimeError(f"inference server {base_url} lists no base model in /v1/models")
+    return Endpoint(base_url=base_url.rstrip("/"), api_key=api_key, base_name=bases[0])
+
+
+# ---- servers ---------------------------------------------------------------------------------------
+def server_config(base_model: str, *, max_lora_rank: int = 8, overrides: dict[str, Any] | None = None,
+                  **fields: Any) -> "ServerConfig":  # fmt: skip
+    """How every server we start for training is configured. `overrides` (a user's server settings) and
+    `fields` win, except that max_lora_rank never drops below what the adapters need."""
+    from art_core.inference.server import ServerConfig
+
+    overrides = {**(overrides or {}), **fields}
+    rank = max(max_lora_rank, int(overrides.pop("max_lora_rank", None) or 1))
+    fields = {"served_model_name": base_served_name(base_model), "gpu_memory_utilization": TRAINING_GPU_SHARE,
+              **overrides, "max_lora_rank": server_lora_rank(rank)}  # fmt: skip
+    return ServerConfig(model=base_model, **fields)
+
+
+def live_server_at(base_url: str) -> "VLLMServer | None":
+    """A VLLMServer this process started (by anyone) that answers at `base_url`, if any."""
+    from art_core.inference.server import live_servers
+
+    want = base_url.rstrip("/")
+    return next((s for s in live_servers() if s.base_url.rstrip("/") == want), None)
+
+
+class ServerPool:
+    """One vLLM server per base model, started on first use; `close()` stops those it started.
+
+    `LocalBackend` owns a pool; the Prefect tasks share `PROCESS_POOL` (one per worker process), so a fully
+    cached run never starts a server at all.
+    """
+
+    def __init__(self, **overrides: Any) -> None:
+        self.overrides = overrides  # ServerConfig fields for every server started here
+        self._servers: dict[str, "VLLMServer"] = {}
+        self._owned: set[int] = set()
+        self._lock = threading.Lock()
+
+    def servers(self) -> list["VLLMServer"]:
+        return list(self._servers.values())
+
+    def _key(self, base_model: str) -> str:
+        from art_core.store import same_base_model
+
+        return next((k for k in self._servers if same_base_model(k, base_model)), base_model)
+
+    def adopt(self, server: "VLLMServer") -> "VLLMServer":
+        """Use a server someone else started for its base model (close() leaves it running)."""
+        with self._lock:
+            self._servers[self._key(server.config.model)] = server
+        return server
+
+    def get(self, base_model: str, *, max_lora_rank: int = 8) -> "VLLMServer":
+        """The running server for `base_model` (started, restarted if dead, or widened for the LoRA rank)."""
+        from art_core.inference.server import VLLMServer
+
+        with self._lock:
+            key = self._key(base_model)
+            server = self._servers.get(key)
+            if server is None:
+                server = VLLMServer(server_config(base_model, max_lora_rank=max_lora_rank, overrides=self.overrides))
+                self._servers[key] = server
+                self._owned.add(id(server))
+                server.start()
+                log.info("started a vLLM server for %s at %s (pid %s, log %s)", base_model, server.base_url,
+                         server.pid, server.log_path)  # fmt: skip
+                return server
+            needed = server_lora_rank(max_lora_rank)
+            if server.config.enable_lora and server.config.max_lora_rank < needed:
+                log.warning("restarting the vLLM server at %s with max_lora_rank %d (was %d) for LoRA rank %d",
+                            server.base_url, needed, server.config.max_lora_rank, max_lora_rank)  # fmt: skip
+                server.config = server.config.model_copy(update={"max_lora_rank": needed})
+                server.restart()  # same port and key; callers reload adapters (server.restarts changed)
+            elif not server.is_alive():
+                log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
+                server.ensure_running()
+            return server
+
+    def close(self) -> None:
+        """Stop the servers this pool started (adopted ones keep running)."""
+        with self._lock:
+            for key, server in list(self._servers.items()):
+                if id(server) in self._owned:
+                    server.stop()
+                    self._owned.discard(id(server))
+                del self._servers[key]
+
+
+PROCESS_POOL = ServerPool()  # the Prefect tasks' servers: one per base model per worker process
+
+
+def endpoint_for(base_model: str, inference_url: str | None = None, *, max_lora_rank: int = 8,
+                 pool: ServerPool | None = None) -> Endpoint:  # fmt: skip
+    """The endpoint at `inference_url` (key from ART_INFERENCE_API_KEY), else this process's own server."""
+    if inference_url:
+        from art_core.settings import get_settings
+
+        key = get_settings().inference_api_key
+        return discover_endpoint(inference_url, key.get_secret_value() if key else None)
+    return Endpoint.of((pool or PROCESS_POOL).get(base_model, max_lora_rank=max_lora_rank))
+
+
+def servers_sharing(base_model: str, inference_url: str | None = None, pool: ServerPool | None = None) -> list["VLLMServer"]:
+    """The servers a trainer in this process shares its device with: the one at `inference_url` if this
+    process runs it, else the pool's server for the base model (none when the server lives elsewhere)."""
+    if inference_url:
+        server = live_server_at(inference_url)
+        return [server] if server is not None else []
+    pool = pool or PROCESS_POOL
+    key = pool._key(base_model)
+    return [pool._servers[key]] if key in pool._servers and pool._servers[key].is_alive() else []
+
+
+# ---- adapters ----------------------------------------------------------------------------------------
+def cache_dir() -> str:
+    """Where local copies of adapters live: ART_ADAPTER_CACHE, else a folder in the temp dir."""
+    return os.environ.get("ART_ADAPTER_CACHE") or os.path.join(tempfile.gettempdir(), "art-adapters")
+
+
+def zero_adapter(base_model: str, cache: str | None = None) -> str:
+    """A local folder with the zero adapter (step 0) for `base_model`, written once."""
+    from art_core.inference.lora import write_zero_adapter
+
+    digest = hashlib.sha256(os.path.abspath(base_model).encode()).hexdigest()[:16]
+    path = os.path.join(cache or cache_dir(), "zero", digest)
+    if not os.path.exists(os.path.join(path, "adapter_config.json")):
+        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+        write_zero_adapter(base_model, tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process won the race; its copy is the same
+            pass
+    return path
+
+
+def local_adapter(store: "ModelStore", base_model: str, step: int, cache: str | None = None) -> str:
+    """A local folder holding step `step`'s adapter: the zero adapter at 0, the checkpoint (or a copy of it)."""
+    if step == 0:
+        return zero_adapter(base_model, cache)
+    uri = store.checkpoint(step)
+    if not store.is_complete(step):
+        have = store.checkpoint_steps()
+        raise FileNotFoundError(f"no complete checkpoint for step {step} at {uri} (complete steps: {have or 'none'})")
+    if store.storage.is_local:
+        return uri
+    # The URI names the checkpoint uniquely; a complete copy is reused, a half-copied one redone.
+    local = os.path.join(cache or cache_dir(), "copies", hashlib.sha1(uri.encode()).hexdigest()[:16])
+    if not os.path.exists(os.path.join(local, "COMPLETE")):
+        store.storage.get_dir(uri, local)
+    return local
+
+
+def load_adapter(endpoint: Endpoint, lora_name: str, local_path: str) -> None:
+    """Load (or reload in place) a LoRA adapter into the server under `lora_name`."""
+    r = httpx.post(f"{endpoint.base_url}/load_lora_adapter",
+                   json={"lora_name": lora_name, "lora_path": local_path, "load_inplace": True},
+                   headers=endpoint.headers(), timeout=300.0)  # fmt: skip
+    if r.status_code >= 400:
+        hint = ""
+        if "max_lora_rank" in r.text or "greater than" in r.text:
+            hint = " The adapter's rank is larger than the server's --max-lora-rank: start it with a larger one."
+        elif r.status_code == 404:
+            hint = " The server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
+        raise RuntimeError(f"the server at {endpoint.base_url} refused to load adapter {lora_name!r} from "
+                           f"{local_path}: {r.status_code} {r.text[:300]}.{hint}")  # fmt: skip
+
+
+def adapter_rank(store: "ModelStore", step: int) -> int:
+    """The LoRA rank of checkpoint `step` (from its adapter_config.json); 1 for step 0's zero adapter."""
+    if step == 0:
+        return 1
+    import json
+
+    path = store.storage.join(store.checkpoint(step), "adapter_config.json")
+    try:
+        return int(json.loads(store.storage.read_text(path)).get("r") or 8)
+    except (OSError, ValueError, TypeError):
+        return 8
+
+
+def serve_step(endpoint: Endpoint, store: "ModelStore", base_model: str, step: int) -> str:
+    """Load step `step` of the model as `name@step` and return that name (step 0: the zero adapter).
+
+    Loaded every time (about 10 ms): another run may have loaded other weights under the same name.
+    """
+    name = step_name(store.name, step)
+    load_adapter(endpoint, name, local_adapter(store, base_model, step))
+    return name

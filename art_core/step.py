@@ -1,0 +1,151 @@
+"""One training step's work, shared by both front doors: `LocalBackend.train` and the Prefect tasks.
+
+    gather_step(ref, rollout, step, policy, endpoint)   rollouts for step s, reused when already in storage
+    train_and_record(store, base, groups, config, s)    checkpoint s + 1 and its history record, once
+
+Both are idempotent by what they leave in storage, so a crash at any point (SIGKILL included) resumes
+without doing finished work twice: rollouts a checkpoint was trained on, or that these very inputs
+wrote, are reused; a complete checkpoint is never trained again, and its history record is written
+from the checkpoint itself when the crash came between the two.
+
+    outcome = train_and_record(ModelStore(root, "demo", "agent"), "/models/tiny", groups, TrainConfig(), step=0,
+                               servers=[server])   # the server sleeps while the trainer holds the device
+    outcome.step, outcome.trained                  # (1, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from pydantic import BaseModel
+
+from art_core.backend import TrainResult
+from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step
+from art_core.store import ModelRef, ModelStore
+
+if TYPE_CHECKING:
+    from art_core.inference.server import VLLMServer
+    from art_core.serving import Endpoint
+    from art_core.training.config import TrainConfig
+    from art_core.trajectories import TrajectoryGroup
+
+log = logging.getLogger(__name__)
+
+
+# ---- gather ----------------------------------------------------------------------------------------
+class GatherOutcome(BaseModel):
+    """Where a step's rollouts are, what they scored, and whether they were reused from storage."""
+
+    step: int
+    uri: str
+    fingerprint: str  # of the file's content: keys the scoring cache, so a re-gathered file is rescored
+    summary: dict[str, float]
+    reused: bool
+    seconds: float = 0.0
+
+
+def inputs_key(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str) -> str:
+    """The inputs a step's rollouts depend on (not the server's URL), hashed; recorded in each group written."""
+    blob = json.dumps([ref.model_dump(mode="json"), rollout.model_dump(mode="json"), step, policy], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
+                endpoint: "Callable[[int], Endpoint]", *, served_name: "Callable[[Endpoint], str] | None" = None,
+                run: Callable[[Any], Any] | None = None) -> GatherOutcome:  # fmt: skip
+    """Step `step`'s rollouts: reused from storage when a checkpoint was trained on them or these inputs
+    wrote them (a crash between the write and a cache commit must not roll out again); else rolled out.
+
+    `endpoint(rank)` is called only when rolling out (a reused step never starts a server), with the LoRA
+    rank of the adapter to serve (the server's max_lora_rank follows it). `served_name`
+    picks the name to sample (default: the step's adapter, loaded); `run` runs a coroutine to completion.
+    """
+    from art_core.serving import adapter_rank, serve_step
+
+    t0 = time.perf_counter()
+    store = ref.store()
+    uri = store.trajectories("train", step)
+    key = inputs_key(ref, rollout, step, policy)
+    groups = store.read_groups(uri)  # None when missing, or unreadable (named in a warning)
+    if groups is not None:
+        trained = store.is_complete(step + 1)
+        if trained or all(g.metadata.get("inputs_key") == key for g in groups):
+            log.info("step %d: reusing the rollouts in %s (not rolling out again)", step, uri)
+            return GatherOutcome(step=step, uri=uri, fingerprint=fingerprint(store, uri), summary=reward_summary(groups),
+                                 reused=True, seconds=time.perf_counter() - t0)  # fmt: skip
+    env = rollout.load_environment()
+    ep = endpoint(adapter_rank(store, step))
+    name = served_name(ep) if served_name else serve_step(ep, store, ref.base_model, step)
+    scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
+    coro = rollout_groups(env, ep, name, scenarios, rollout.group_size, max_exceptions=rollout.max_exceptions,
+                          sampling=rollout.sampling)  # fmt: skip
+    groups = (run or _run)(coro)
+    for g in groups:
+        g.metadata["inputs_key"] = key
+        g.metadata["sampled_from"] = name
+    store.write_groups(uri, groups)
+    summary = reward_summary(groups)
+    log.info("step %d: %d rollouts of %s, reward %.3f -> %s", step, int(summary["trajectories"]), name,
+             summary["reward"], uri)  # fmt: skip
+    return GatherOutcome(step=step, uri=uri, fingerprint=fingerprint(store, uri), summary=summary, reused=False,
+                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+def fingerprint(store: ModelStore, uri: str) -> str:
+    """What identifies a stored file's content: its ETag (S3) or size and mtime (local)."""
+    info = store.storage.fs.info(uri)
+    return str(info.get("ETag") or f"{info.get('size')}-{info.get('mtime') or info.get('LastModified')}")
+
+
+def _run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+# ---- train -----------------------------------------------------------------------------------------
+def train_and_record(store: ModelStore, base_model: str, groups: "list[TrajectoryGroup]", config: "TrainConfig",
+                     step: int, *, servers: "Iterable[VLLMServer]" = ()) -> TrainResult:  # fmt: skip
+    """Train step `step` -> checkpoint `step + 1` and append its record to history.jsonl; once.
+
+    If checkpoint `step + 1` is complete nothing is trained (`trained=False`); a missing history record is
+    backfilled from the checkpoint. `servers` share the device with the trainer: each is put to sleep
+    before training and woken after (both no-ops on CPU), so one GPU holds vLLM and the trainer in turn.
+    """
+    from art_core.training.trainer import train_step
+
+    target = step + 1
+    if store.is_complete(target):
+        store.backfill_train_record(target, extra=reward_summary(groups) if groups else None)
+        log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
+        metrics = {k.removeprefix("train/"): v for k, v in store.step_metrics(target, "train/").items()}
+        return TrainResult(step=target, metrics=metrics, checkpoint_path=store.checkpoint(target), trained=False)
+    servers = list(servers)
+    for server in servers:
+        server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
+    try:
+        result = train_step(base_model=base_model, groups=groups, config=config, storage=store.storage,
+                            project=store.project, name=store.name, step=step)  # fmt: skip
+    finally:
+        if servers:
+            _release_cuda_cache()
+        for server in servers:
+            server.wake_up()
+    # The reward the step was trained on sits next to the trainer's own metrics (loss, grad norm...).
+    metrics = {**reward_summary(groups), **result.metrics}
+    store.record(result.step, metrics, prefix="train/")
+    return TrainResult(step=result.step, metrics=metrics, checkpoint_path=result.checkpoint_path, trained=True)
+
+
+def _release_cuda_cache() -> None:
+    """Give the trainer's cached-but-free GPU blocks back before vLLM wakes up and re-allocates."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

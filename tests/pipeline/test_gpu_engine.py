@@ -1,0 +1,38 @@
+"""On a CUDA machine with vLLM: the train flow's own server really sleeps while the trainer holds the GPU.
+
+Skipped where no GPU is visible (the CPU suite checks the calls and their order in test_one_engine.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.vllm]
+
+
+def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(prefect_api, tmp_path, tiny_model_path,
+                                                                         monkeypatch):  # fmt: skip
+    import art_core.training.trainer as trainer
+    from art_core.serving import PROCESS_POOL
+    from flows.config import RunConfig
+    from flows.train import train
+
+    seen: list[bool] = []
+    real = trainer.train_step
+
+    def spy(**kwargs):
+        seen.extend(s.is_sleeping() for s in PROCESS_POOL.servers())
+        return real(**kwargs)
+
+    monkeypatch.setattr(trainer, "train_step", spy)
+    cfg = RunConfig(project="gpu", model="agent", base_model=tiny_model_path, storage_url=str(tmp_path / "art"),
+                    environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=2,
+                    groups_per_step=2, group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+                    sampling={"max_tokens": 8}, report_to_wandb=False)  # fmt: skip
+    try:
+        summary = train(cfg)
+        assert all(not s.is_sleeping() for s in PROCESS_POOL.servers()), "the server was not woken after training"
+    finally:
+        PROCESS_POOL.close()
+    assert summary.trained_steps == [1, 2]
+    assert seen == [True, True], "the server was awake while the trainer held the GPU"

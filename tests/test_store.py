@@ -1,0 +1,111 @@
+"""ModelStore: the one owner of the storage layout, and what it does with files a crash or a copy damaged."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from art_core.storage import Storage
+from art_core.store import BaseModelMismatch, ModelStore
+from art_core.trajectories import Trajectory, TrajectoryGroup
+
+
+def _groups(n: int = 2) -> list[TrajectoryGroup]:
+    return [TrajectoryGroup([Trajectory(messages_and_choices=[{"role": "user", "content": f"hi {i}"}], reward=float(i))
+                             for i in range(2)]) for _ in range(n)]  # fmt: skip
+
+
+def test_layout_is_spelled_in_one_place_and_storage_asks_it(tmp_path):
+    storage = Storage(str(tmp_path))
+    store = storage.model("demo", "agent")
+    assert store.checkpoint(3) == f"{tmp_path}/demo/models/agent/checkpoints/0003" == storage.checkpoint_path("demo", "agent", 3)
+    assert store.trajectories("train", 0) == storage.trajectories_path("demo", "agent", "train", 0)
+    assert store.scored("train", 1).endswith("trajectories/train/0001.scored.jsonl")
+    assert store.history.endswith("demo/models/agent/history.jsonl")
+    assert store.eval(2).endswith("demo/models/agent/eval/0002.json")
+    with pytest.raises(ValueError, match="not allowed"):
+        ModelStore(storage, "demo", "../escape")
+
+
+def test_bind_refuses_another_base_model_naming_both(tmp_path):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.bind("/models/a", environment={"name": "2048"})
+    store.bind("/models/a")  # the same base again is fine, and keeps what was recorded
+    assert store.read_model_json()["environment"] == {"name": "2048"}
+    with pytest.raises(BaseModelMismatch) as e:
+        store.bind("/models/b")
+    assert "/models/a" in str(e.value) and "/models/b" in str(e.value)
+
+
+def test_truncated_rollout_file_reads_as_missing_with_a_warning_naming_it(tmp_path, caplog):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    uri = store.trajectories("train", 0)
+    store.write_groups(uri, _groups())
+    assert len(store.read_groups(uri)) == 2
+    with open(uri) as f:
+        text = f.read()
+    for cut in (len(text) // 3, text.index("\n") + 1):  # mid-line, and exactly at a line's end
+        with open(uri, "w") as f:
+            f.write(text[:cut])  # a partial copy, a full disk
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="art_core.store"):
+            assert store.read_groups(uri) is None
+        assert uri in caplog.text
+    assert store.read_groups(store.trajectories("train", 5)) is None  # missing: None, no warning needed
+
+
+def test_checkpoint_without_marker_is_ignored_and_named(tmp_path, caplog):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    for step in (1, 2):
+        store.storage.write_text(store.storage.join(store.checkpoint(step), "adapter_config.json"), "{}")
+    store.storage.write_text(store.storage.join(store.checkpoint(1), "COMPLETE"), "ok\n")
+    with caplog.at_level(logging.WARNING, logger="art_core.store"):
+        assert store.checkpoint_steps() == [1]
+    assert store.checkpoint(2) in caplog.text
+    assert store.latest_step() == 1
+
+
+def test_history_skips_a_damaged_line_and_the_next_record_repairs_the_file(tmp_path):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.record(1, {"reward": 0.5})
+    with open(store.history, "a") as f:
+        f.write('{"step": 2, "train/rew')  # killed mid-write
+    assert [r["step"] for r in store.read_history()] == [1]
+    store.record(2, {"reward": 0.7})
+    lines = open(store.history).read().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    assert store.step_metrics(2) == {"train/reward": 0.7}
+
+
+def test_backfill_writes_a_lost_train_record_from_the_checkpoint_once(tmp_path):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    folder = store.checkpoint(1)
+    store.storage.write_json(store.storage.join(folder, "trainer_state.json"), {"step": 1, "metrics": {"loss": 0.25}})
+    assert store.backfill_train_record(1) is None  # no marker: the checkpoint does not exist yet
+    store.storage.write_text(store.storage.join(folder, "COMPLETE"), "ok\n")
+    record = store.backfill_train_record(1, extra={"reward": 0.4})
+    assert record["train/loss"] == 0.25 and record["train/reward"] == 0.4 and record["train/backfilled"] == 1.0
+    assert store.backfill_train_record(1) is None  # already there: nothing is recorded twice
+    assert [r["step"] for r in store.read_history()] == [1]
+
+
+def test_damaged_eval_report_is_skipped(tmp_path, caplog):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.write_eval(1, {"step": 1, "reward": 0.3, "model": "agent@1"})
+    store.storage.write_text(store.eval(2), '{"step": 2, "rew')
+    with caplog.at_level(logging.WARNING, logger="art_core.store"):
+        assert [r["step"] for r in store.read_evals()] == [1]
+    assert store.eval(2) in caplog.text
+    assert store.read_eval(2) is None
+
+
+def test_one_record_per_step_and_phase(tmp_path):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.record(1, {"reward": 0.1})
+    store.record(1, {"reward": 0.3}, prefix="val/")
+    store.record(1, {"reward": 0.2})  # step 1 trained again (its checkpoint was lost): replaces, never doubles
+    records = store.read_history()
+    assert [(r["step"], sorted(k for k in r if "/" in k)) for r in records] == [(1, ["val/reward"]), (1, ["train/reward"])]
+    assert store.step_metrics(1) == {"train/reward": 0.2}
