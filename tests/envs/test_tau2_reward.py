@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +16,7 @@ from art_core.envs.tau2.reward import assertion_reply_model, communicate, score
 from art_core.rewards.config import JudgeConfig
 from art_core.rewards.judge import JudgeError
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "rewards"))
-from fake_judge import FakeJudge  # noqa: E402  (tests/rewards' loopback judge, reused)
+from tests.rewards.fake_judge import FakeJudge  # tests/rewards' loopback judge, reused
 
 # Gold actions that fail on purpose or by tau2's own rules; tau2 skips a failing gold action, so do we.
 INTENDED_GOLD_FAILURES = {

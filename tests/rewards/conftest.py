@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fake_judge import FakeJudge
+from tests.rewards.fake_judge import FakeJudge
 
 
 @pytest.fixture(scope="session")

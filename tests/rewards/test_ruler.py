@@ -7,8 +7,8 @@ import glob
 import json
 
 import pytest
-from fake_judge import FakeJudge
-from retail_style import POLICY, retail_group
+from tests.rewards.fake_judge import FakeJudge
+from tests.rewards.retail_style import POLICY, retail_group
 
 from art_core.gather import gather_trajectory_groups
 from art_core.rewards import JudgeError, RulerConfig, ruler, ruler_score_group

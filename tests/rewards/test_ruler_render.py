@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retail_style import ENDINGS, POLICY, REQUEST, retail_group, retail_trajectory
+from tests.rewards.retail_style import ENDINGS, POLICY, REQUEST, retail_group, retail_trajectory
 
 from art_core.rewards.render import judge_user_message, render_messages, shared_prefix_len
 

@@ -25,7 +25,7 @@ import pytest
 
 from art_core import TrainableModel, Trajectory, TrajectoryGroup
 from art_core.training.config import TrainConfig
-from rollouts_hf import sample_groups, sharpen, target_set
+from tests.training.rollouts_hf import sample_groups, sharpen, target_set
 
 pytestmark = pytest.mark.slow
 

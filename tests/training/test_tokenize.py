@@ -9,7 +9,7 @@ from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMe
 
 from art_core.trajectories import Trajectory
 from art_core.training.tokenize import ChatTemplateError, TrajectoryError, tokenize_trajectory
-from rollouts_hf import make_choice
+from tests.training.rollouts_hf import make_choice
 
 TOOLS = [{"type": "function", "function": {"name": "find_order", "description": "Find an order",
           "parameters": {"type": "object", "properties": {"order_id": {"type": "integer"}}}}}]

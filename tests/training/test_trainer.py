@@ -16,7 +16,7 @@ from art_core.trajectories import Trajectory, TrajectoryGroup
 from art_core.training.checkpoints import prune_checkpoints
 from art_core.training.config import TrainConfig
 from art_core.training.trainer import TrainingDataWarning, clear_model_cache, train_step
-from rollouts_hf import make_choice
+from tests.training.rollouts_hf import make_choice
 
 CFG = TrainConfig(learning_rate=1e-2)
 
