@@ -54,6 +54,35 @@ def metrics_table(history: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [rows[s] for s in sorted(rows)]
 
 
+def _column_rank(name: str) -> tuple[int, str]:
+    """Reward first (train, then each split), then pass^k, then the other reward figures, then the rest."""
+    phase, _, metric = name.rpartition("/")
+    phase_rank = {"train": 0, "val": 1, "test": 2}.get(phase, 3)
+    if metric == "reward":
+        return (0, f"{phase_rank}")
+    if metric.startswith("pass^"):
+        return (1, f"{phase_rank}-{metric}")
+    if metric.startswith("reward"):
+        return (2, f"{phase_rank}-{metric}")
+    return (3, name)
+
+
+def display_table(rows: list[dict[str, Any]], digits: int = 3) -> list[dict[str, Any]]:
+    """`metrics_table` rows for people: step, then reward columns, then the rest; floats rounded to `digits`.
+
+    >>> display_table([{"step": 1, "train/loss": 0.123456, "train/reward": 0.4567891, "val/pass^1": 0.25}])
+    [{'step': 1, 'train/reward': 0.457, 'val/pass^1': 0.25, 'train/loss': 0.123}]
+    """
+    columns = sorted({k for r in rows for k in r} - {"step"}, key=_column_rank)
+
+    def show(v: Any) -> Any:
+        if isinstance(v, float) and math.isfinite(v):
+            return round(v, digits) if abs(v) >= 10 ** -digits or v == 0 else float(f"{v:.{digits}g}")
+        return v
+
+    return [{"step": r.get("step"), **{c: show(r.get(c)) for c in columns}} for r in rows]
+
+
 def reward_curve_png(rows: list[dict[str, Any]], title: str = "reward per step") -> bytes:
     """A PNG of train/reward (and val/reward where measured) against step."""
     import matplotlib

@@ -12,11 +12,14 @@ from __future__ import annotations
 import time
 
 from prefect import flow
+from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
 from art_core.deploy import read_promoted
 from art_core.settings import get_settings
 from flows.config import DeployConfig
+from flows.overrides import warn_if_config_replaced
+from flows.reporting import artifact_key
 from flows.lifetime import guard_temporary_server
 from flows.train import refs
 from tasks import export_adapter, run_sync, serve_step
@@ -32,6 +35,7 @@ class DeploySummary(BaseModel):
 @flow(name="deploy", log_prints=True)
 def deploy_flow(config: DeployConfig) -> DeploySummary:
     """Deploy one step: the one asked for, else the promoted one, else the latest."""
+    warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
     ref, _ = refs(run)
@@ -57,6 +61,15 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
         finally:
             server.stop()
     print(f"to serve it for good: {command}")
+    # Where the export went and how to serve it, in the UI next to the run (not only in its logs).
+    lines = [f"# Deployed {run.model} step {step}", ""]
+    if summary.export_uri:
+        lines.append(f"- exported with its model card to `{summary.export_uri}`")
+    if summary.endpoint:
+        lines.append(f"- served at {summary.endpoint} as model `{run.model}` for {config.serve_minutes} min")
+    lines.append(f"- serve it for good: `{command}`")
+    create_markdown_artifact(key=artifact_key(run.project, run.model, "deploy"), markdown="\n".join(lines) + "\n",
+                             description=f"{run.model} step {step}: {summary.export_uri or 'not exported'}")  # fmt: skip
     return summary
 
 

@@ -12,7 +12,7 @@ import re
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from art_core.evaluate import EvalReport
-from art_core.reporting import eval_markdown, log_wandb, metrics_table, read_history, reward_curve_png
+from art_core.reporting import display_table, eval_markdown, log_wandb, metrics_table, read_history, reward_curve_png
 from art_core.store import ModelRef
 
 
@@ -45,8 +45,8 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
     storage.write_text(paths["eval_report"], report)
 
     key = artifact_key(ref.project, ref.model)
-    columns = sorted({k for r in rows for k in r} - {"step"})
-    create_table_artifact(key=f"{key}-metrics", table=[{"step": r["step"], **{c: r.get(c) for c in columns}} for r in rows],
+    # Reward first and 3 decimals: the UI shows columns in this order, and the reward is what users look for.
+    create_table_artifact(key=f"{key}-metrics", table=display_table(rows),
                           description=f"Metrics per step of {ref.model} (history.jsonl at {paths['history']})")  # fmt: skip
     image = base64.b64encode(png).decode()
     create_markdown_artifact(key=f"{key}-reward-curve", markdown=(
