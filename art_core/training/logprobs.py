@@ -70,13 +70,18 @@ def _make_function():
             for s in range(0, n, chunk):
                 e = min(s + chunk, n)
                 logits = _linear_logits(hidden[s:e], weight, bias)  # [C, V]
-                lse_c = torch.logsumexp(logits, dim=-1)
+                # One exp over [C, V] serves the log-sum-exp, the entropy and the kept softmax alike.
+                peak = logits.amax(dim=-1)
+                probs = (logits - peak[:, None]).exp_()
+                total = probs.sum(dim=-1)
+                lse_c = peak + total.log()
                 lse[s:e] = lse_c
                 logp[s:e] = logits.gather(-1, targets[s:e, None])[:, 0] - lse_c
                 if want_entropy or keep_probs:
-                    probs = (logits - lse_c[:, None]).exp_()
+                    probs.div_(total[:, None])
                     if want_entropy:
-                        entropy[s:e] = lse_c - (probs * logits).sum(-1)  # H = -sum p (z - lse) = lse - sum p z
+                        # H = -sum p (z - lse) = lse - sum p z; bmm sums without another [C, V] buffer.
+                        entropy[s:e] = lse_c - torch.bmm(probs[:, None, :], logits[:, :, None]).view(-1)
                     if keep_probs:
                         kept_probs = probs  # one chunk only: keep the softmax and skip the recompute
             ctx.chunk = chunk

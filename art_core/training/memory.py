@@ -78,7 +78,10 @@ def activation_budget(device: Any, budget_gib: float | None) -> int:
         import torch
 
         free, _total = torch.cuda.mem_get_info(device)
-        return free // 2
+        # Blocks PyTorch's allocator holds from earlier steps are free to this step too; without them the
+        # second step would see less memory than the first and size its passes differently.
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return (free + cached) // 2
     return CPU_BUDGET_BYTES
 
 

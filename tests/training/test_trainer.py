@@ -239,3 +239,36 @@ def test_tokens_per_pass_follow_the_memory_budget(tiny_model_path, fresh_trainer
     fixed = pass_shape(model, CFG.model_copy(update={"tokens_per_forward": 3000, "packed_attention": "mask"}), cpu)
     assert small[0] == 512 and large[0] > small[0]  # clamped at the floor, grows with the budget
     assert fixed == (3000, 512, False, "mask")  # a dense mask keeps rows short: 4 x hidden, at least 512
+
+
+def _qwen_vocab_model(tiny_model_path: str, path: str) -> str:
+    """The tiny model's tokenizer in front of a random model with Qwen's 151,936-token vocabulary."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    config = Qwen2Config(vocab_size=151_936, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                         num_key_value_heads=2, intermediate_size=1024, tie_word_embeddings=True,
+                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.mark.gpu
+def test_default_step_on_cuda_checkpoints_uses_flex_and_stays_small(tiny_model_path, tmp_path, fresh_trainer):
+    """64 sequences x 600 tokens with Qwen's vocabulary: full float32 logits alone would take 23 GiB."""
+    path = _qwen_vocab_model(tiny_model_path, str(tmp_path / "qwen-vocab"))
+    rng = random.Random(12)
+    groups = [TrajectoryGroup(Trajectory(messages_and_choices=[
+        {"role": "user", "content": f"prompt {g}"},
+        make_choice([rng.randrange(300, 151_000) for _ in range(600)], [-11.0] * 600, "x", finish_reason="length"),
+    ], reward=rng.random()) for _ in range(8)) for g in range(8)]  # fmt: skip
+    store = Storage(str(tmp_path / "store"))
+    default = train_step(base_model=path, groups=groups, config=CFG, storage=store, project="p", name="d", step=0).metrics
+    plain = train_step(base_model=path, groups=groups, storage=store, project="p", name="s", step=0,
+                       config=CFG.model_copy(update={"packed_attention": "segments", "gradient_checkpointing": False})).metrics
+    assert default["gradient_checkpointing"] == 1 and default["tokens"] > 38_000
+    assert default["peak_memory_gib"] < 6, default
+    assert default["loss"] == pytest.approx(plain["loss"], rel=0.05, abs=1e-4)
+    assert default["grad_norm"] == pytest.approx(plain["grad_norm"], rel=0.05)
