@@ -7,12 +7,15 @@ episode logic; the last tests play both with the tiny model served by vLLM (run 
 
 from __future__ import annotations
 
+import json
+
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 import pytest
 
 from art_core.envs import load_environment
 from art_core.envs.tau2.user import GREETING, STOP, TRANSFER, system_prompt
+from art_core.trajectories import Trajectory
 
 
 def env_for(f, name: str = "tau2-retail", **options):
@@ -54,6 +57,10 @@ async def test_a_perfect_episode_scores_one_with_every_component_in_metrics(fake
     assert not any(m["role"] == "tool" for m in to_user[1]["messages"])  # the customer never sees tool results
     to_agent = [r for r in f.requests if r["model"] == "agent"]
     assert to_agent[0]["tools"] == env.tools() and to_agent[0]["temperature"] == 0.0 and to_agent[0]["max_tokens"] == 2048
+    # it survives the rollout file's JSONL round trip, with the checks behind the reward
+    again = Trajectory.model_validate_json(traj.model_dump_json())
+    assert again.reward == 1.0 and again.metrics == traj.metrics and len(again.choices()) == len(traj.choices())
+    assert json.loads(again.metadata["reward_details"])["communicate_checks"][0]["met"] is True
 
 
 async def test_transfer_is_not_terminal_the_customer_ends_it(fake_chat_server):

@@ -216,7 +216,7 @@ async def test_an_episode_whose_judge_fails_raises_instead_of_scoring(judge, fak
     f.script("user-sim", [f.say("Hi."), f.say("Thanks! ###STOP###")] * 2)
     f.script("agent", [f.tool_call(a["name"], a["arguments"]) for a in actions] + [f.say("Done.")])
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
-    assert traj.reward == 1.0 and traj.metrics["r_nl_assertion"] == 1.0 and traj.metadata["reward_details"]["nl_assertions"]
+    assert traj.reward == 1.0 and traj.metrics["r_nl_assertion"] == 1.0 and json.loads(traj.metadata["reward_details"])["nl_assertions"]
     judge.fail_marker, judge.fail_behaviour = "expected_outcomes", "500"
     f.script("agent", [f.tool_call(a["name"], a["arguments"]) for a in actions] + [f.say("Done.")])
     with pytest.raises(JudgeError):

@@ -216,5 +216,6 @@ class Tau2Env(Environment):
         )
         traj.reward = metrics.pop("reward")
         traj.metrics.update(metrics, turns=turns, steps=steps, **counts)
-        traj.metadata.update(stop_reason=stop_reason, reward_details=details)
+        # metadata holds scalars only (it is stored in every rollout file): the checks behind the reward as JSON
+        traj.metadata.update(stop_reason=stop_reason, reward_details=json.dumps(details, default=str))
         return traj.finish()
