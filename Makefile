@@ -14,6 +14,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= offline
+# weave (ART's @weave.op) and wandb report errors to Sentry over the network, which is closed here.
+export WANDB_ERROR_REPORTING ?= false
 
 .PHONY: install test demo bench clean
 

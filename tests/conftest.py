@@ -22,6 +22,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # weave/wandb would report to Sentry over a closed network
 
 
 def _has_cuda() -> bool:
