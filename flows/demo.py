@@ -1,11 +1,13 @@
-"""The demo: a few steps of the train flow on the tiny model, local Prefect, local storage.
+"""The demo: watch the tiny model learn a task, with the train and evaluate flows, local Prefect and storage.
 
-    python -m flows.demo                  # or `make demo`; --steps 5, --storage ./.art, --fresh ...
+    python -m flows.demo                  # or `make demo`; --seed 1, --steps 10, --storage ./.art, --fresh ...
 
 Builds the tiny offline model in ./.models/tiny if it is missing, starts a vLLM server for it, trains
-the model on tic-tac-toe for a few GRPO steps with every step a Prefect task (results cached in
-./.art/.prefect/results), and ends with the reward per step, where the checkpoints and reports are,
-and how to look at the run in the Prefect UI. Running it again finishes from the cache in seconds.
+it with GRPO on the color quiz (art_core.testing.color_quiz: pick the color among four words; a random
+model scores about 0.25), every step a Prefect task with its results cached in ./.art/.prefect/results.
+Then it evaluates the base model and the last step on the same held-out questions (the val split),
+several tries each, and prints both: mean reward and pass^k (all k tries right). Running it again
+finishes from the cache in seconds.
 
 Without PREFECT_API_URL, Prefect starts a temporary local server for the run and keeps its database
 in ~/.prefect, so `prefect server start` afterwards shows the runs; with PREFECT_API_URL set (a server
@@ -16,23 +18,55 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import time
+from typing import Any
+
+# Chosen by measurement (README, "What the demo shows"): enough steps for the preference to settle, few
+# enough for `make demo` to stay under 3 minutes on 2 cores, including the vLLM and Prefect start-up.
+STEPS = 8
+GROUPS_PER_STEP = 4
+GROUP_SIZE = 8
+LEARNING_RATE = 1e-2
+EVAL_QUESTIONS = 100
+EVAL_TRIES = 3
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="Train the tiny model on tic-tac-toe for a few steps with the Prefect train flow.")
-    p.add_argument("--steps", type=int, default=3)
+def demo_config(model_dir: str, storage: str, steps: int = STEPS, seed: int = 0, project: str = "demo",
+                model: str = "agent-001") -> Any:  # fmt: skip
+    """The demo's RunConfig (the same values deployments/prefect.yaml gives the train deployment).
+
+    >>> demo_config("./.models/tiny", "./.art").environment.name
+    'art_core.testing.color_quiz'
+    """
+    from flows.config import RunConfig
+
+    return RunConfig(
+        project=project, model=model, base_model=model_dir, storage_url=storage,
+        environment={"name": "art_core.testing.color_quiz"}, seed=seed,
+        steps=steps, groups_per_step=GROUPS_PER_STEP, group_size=GROUP_SIZE,
+        # The answers are held to the four words by vLLM's grammar, so the trainer recomputes the old logprobs.
+        train={"learning_rate": LEARNING_RATE, "old_logprobs": "recompute", "seed": seed},
+        sampling={"max_tokens": 8}, eval_every=steps, eval={"scenarios": EVAL_QUESTIONS, "trials": EVAL_TRIES},
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train, then evaluate the base model and the last step; print both. Returns {"train", "base", "final"}."""
+    p = argparse.ArgumentParser(description="Train the tiny model on the color quiz with the Prefect train flow, "
+                                "then compare it with the base model on held-out questions.")  # fmt: skip
+    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--seed", type=int, default=0, help="order of the training questions and the trainer's seed")
     p.add_argument("--storage", default="./.art", help="storage root: a folder or s3://bucket/prefix")
     p.add_argument("--model-dir", default="./.models/tiny", help="where the tiny model is (built if missing)")
     p.add_argument("--project", default="demo")
     p.add_argument("--model", default="agent-001")
     p.add_argument("--fresh", action="store_true", help="delete this model's checkpoints and cached work first")
     args = p.parse_args(argv)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for key, value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                       "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}.items():  # fmt: skip
+        os.environ.setdefault(key, value)
 
     from art_core.testing.tiny_model import build_tiny_model
 
@@ -40,14 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"building the tiny model in {args.model_dir} ...")
         build_tiny_model(args.model_dir)
 
-    from flows.config import RunConfig
-
-    config = RunConfig(
-        project=args.project, model=args.model, base_model=args.model_dir, storage_url=args.storage,
-        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-        steps=args.steps, groups_per_step=4, group_size=8, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-        sampling={"max_tokens": 8}, eval_every=args.steps, eval={"scenarios": 8, "trials": 2},
-    )  # fmt: skip
+    config = demo_config(args.model_dir, args.storage, args.steps, args.seed, args.project, args.model)
     if args.fresh and "://" not in config.storage_url:
         shutil.rmtree(os.path.join(config.storage_url, config.project, "models", config.model), ignore_errors=True)
         shutil.rmtree(os.path.join(config.storage_url, ".prefect"), ignore_errors=True)
@@ -55,32 +82,50 @@ def main(argv: list[str] | None = None) -> None:
     print(f"Prefect: {api or 'a temporary local server (database in ~/.prefect)'}; storage: {config.storage_url}")
     print("a vLLM server for the tiny model starts when the first rollout needs it (20 s or more on CPU) ...")
 
+    from art_core.inference.server import ServerConfig, VLLMServer
+    from flows.config import EvaluateConfig
+    from flows.evaluate import evaluate_flow
     from flows.train import train
-    from art_core.serving import PROCESS_POOL
 
     t0 = time.perf_counter()
+    # One server for both flows (train, then evaluate), started here and stopped here: a flow given an
+    # inference_url neither starts nor stops one, so the evaluation does not pay a second start-up.
+    key = secrets.token_urlsafe(24)
+    server = VLLMServer(ServerConfig(model=config.base_model, api_key=key, max_lora_rank=config.train.lora_rank))
+    os.environ["ART_INFERENCE_API_KEY"] = key  # how the flows' tasks authenticate to an inference_url
     try:
+        if not _all_done(config):  # a finished demo re-runs from the cache alone: no server to wait for
+            server.start()
+            config = config.model_copy(update={"inference_url": server.base_url})
         summary = train(config)
+        # Base model (step 0) and the last step on the same val questions; the last step's is cached from train.
+        base, final = evaluate_flow(EvaluateConfig(run=config, steps=[config.steps], baseline_step=0))
     finally:
-        PROCESS_POOL.close()  # the vLLM server this process started for the rollouts
-    _print_summary(config, summary, time.perf_counter() - t0, api)
+        server.stop()
+    _print_summary(config, summary, base, final, time.perf_counter() - t0, api)
+    return {"train": summary, "base": base, "final": final}
 
 
-def _print_summary(config, summary, seconds: float, api: str | None) -> None:
+def _print_summary(config, summary, base, final, seconds: float, api: str | None) -> None:
     from flows.reporting import artifact_key
 
     key = artifact_key(config.project, config.model)
     print(f"\n== {config.project}/{config.model}: {config.steps} steps in {seconds:.0f} s ==")
-    print("step  train reward  checkpoint")
+    print("step  train reward")
     for step in sorted(summary.rewards):
-        note = "" if step in summary.trained_steps else "  (already there: not trained again)"
-        print(f"{step:>4}  {summary.rewards[step]:>12.3f}  {summary.checkpoints.get(step, '-')}{note}")
-    for step, reward in sorted(summary.evaluations.items()):
-        print(f"eval step {step} on {config.eval.split}: reward {reward:.3f}")
-    print("\nreports:")
-    for name, path in summary.report_paths.items():
-        print(f"  {name:<13} {path}")
-    print(f"\nPrefect artifacts: {key}-metrics (table), {key}-reward-curve (PNG), {key}-eval (markdown)")
+        note = "" if step in summary.trained_steps else "  (checkpoint existed: not trained again)"
+        print(f"{step:>4}  {summary.rewards[step]:>12.3f}{note}")
+    e = config.eval
+    ks = sorted(int(k) for k in final.pass_k)
+    print(f"\nheld-out evaluation: the same {e.scenarios} {e.split} questions, {e.trials} tries each "
+          f"(pass^k: all k tries right)")  # fmt: skip
+    print(f"{'model':<22}{'reward':>8}" + "".join(f"{'pass^' + str(k):>9}" for k in ks))
+    for label, r in ((f"base model (step {base.step})", base), (f"trained (step {final.step})", final)):
+        print(f"{label:<22}{r.reward:>8.3f}" + "".join(f"{_pass(r, k):>9.3f}" for k in ks))
+    print(f"gain: {final.reward - base.reward:+.3f} mean reward; pass^{ks[-1]} "
+          f"{_pass(base, ks[-1]):.3f} -> {_pass(final, ks[-1]):.3f}")  # fmt: skip
+    print(f"\ncheckpoints and reports: {summary.model_path}")
+    print(f"Prefect artifacts: {key}-metrics (table), {key}-reward-curve (PNG), {key}-eval-compare (base vs trained)")
     ui = api.removesuffix("/api") if api else "http://127.0.0.1:4200"
     print("\nopen the UI:")
     if not api:
@@ -89,7 +134,21 @@ def _print_summary(config, summary, seconds: float, api: str | None) -> None:
         print(f"  browse {ui}")
     print("  runs, task states (Cached on a re-run) and artifacts are under Runs and Artifacts")
     print("\nrun `python -m flows.demo` again: it finishes from the cache without rolling out or training;")
-    print("`--steps 5` continues from the last checkpoint. Deployments and workers: deployments/README.md")
+    print("`--steps 12` continues from the last checkpoint. Deployments and workers: deployments/README.md")
+
+
+def _all_done(config) -> bool:
+    """Whether every step's checkpoint and both evaluations (step 0 and the last) are in local storage."""
+    if "://" in config.storage_url:
+        return False
+    root = os.path.join(config.storage_url, config.project, "models", config.model)
+    done = [os.path.join(root, "checkpoints", f"{s:04d}", "COMPLETE") for s in range(1, config.steps + 1)]
+    done += [os.path.join(root, "eval", f"{s:04d}.json") for s in (0, config.steps)]
+    return all(os.path.exists(p) for p in done)
+
+
+def _pass(report, k: int) -> float:
+    return float(report.pass_k.get(k, report.pass_k.get(str(k), float("nan"))))
 
 
 if __name__ == "__main__":  # vLLM-related code must be guarded (spawned processes re-import __main__)

@@ -2,7 +2,7 @@
 
     >>> env = load_environment()                       # or environment={"name": "art_core.testing.color_quiz"}
     >>> env.scenarios("val")[0].data
-    {'options': ['lamp', 'green', 'otter', 'bread'], 'answer': 'green'}
+    {'options': ['onion', 'red', 'pasta', 'paper'], 'answer': 'red'}
     >>> trajectory = await env.rollout(client, "agent-001@3", env.scenarios("val")[0], temperature=1.0)
 
 Each scenario asks "Which of these words is a color?" with one color among three other words, in a
@@ -29,11 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
 from art_core.trajectories import Trajectory
 
-COLORS = ("red", "blue", "green", "yellow", "purple", "orange", "pink", "brown")
+# Four colors, and other words none of which starts like a color in the tiny model's tokenizer, so the
+# answer is settled by its first token and GRPO has one clear thing to learn: raise those four tokens.
+COLORS = ("red", "blue", "green", "yellow")
 OTHERS = (
-    "otter", "tiger", "horse", "eagle", "camel", "bread", "apple", "cheese", "pasta", "onion", "lamp", "chair",
-    "spoon", "table", "clock", "river", "cloud", "stone", "forest", "island", "piano", "violin", "drum", "flute",
-    "paper", "pencil", "window", "garden", "bridge", "rocket",
+    "otter", "tiger", "horse", "eagle", "camel", "apple", "cheese", "pasta", "onion", "lamp", "chair", "spoon",
+    "table", "clock", "river", "cloud", "stone", "forest", "island", "piano", "violin", "drum", "flute", "paper",
+    "pencil", "window", "rocket",
 )  # fmt: skip
 QUESTION = "Which of these words is a color? {options}. Answer with the color only."
 

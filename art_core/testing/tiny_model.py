@@ -17,7 +17,7 @@ The same seed gives the same weights and tokenizer byte for byte.
 A LoRA can move it: the final RMSNorm's weight is NORM_SCALE (4) instead of 1. With tied embeddings of
 std 0.02 behind a norm of weight 1, a random model's logits span about +-1, so its next-token
 distribution is nearly uniform and stays there whatever a rank-8 adapter does; at 4x the logits span
-about +-4 and GRPO on a LoRA raises a learnable reward within a few steps (tests/test_newcomer.py).
+about +-4 and GRPO on a LoRA raises a learnable reward within a few steps (tests/pipeline/test_demo.py).
 """
 
 from __future__ import annotations
