@@ -60,6 +60,10 @@ class LocalBackend(Backend):
             from art_core.settings import get_settings
 
             path = get_settings().storage_root
+        if "in_process" in storage_options:  # ART's Colab switch: everything here already runs in this process
+            storage_options.pop("in_process")
+            log.warning("LocalBackend(in_process=...) is ART's notebook switch; this backend always trains in this "
+                        "process and serves from its own vLLM server, so it changes nothing here")  # fmt: skip
         self.storage = Storage(path, **storage_options)
         if isinstance(server_config, ServerConfig):
             server_config = server_config.model_dump(exclude={"model"}, exclude_unset=True)

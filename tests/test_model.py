@@ -102,3 +102,14 @@ async def test_model_train_takes_arts_keywords():
                                verbose=True)  # fmt: skip
     assert result.step == 5 and model.get_inference_name() == "agent-1@5"
     assert (seen["config"].learning_rate, seen["config"].epsilon) == (1e-4, 0.3)
+
+
+def test_local_backend_accepts_arts_in_process_switch_and_says_it_changes_nothing(tmp_path, caplog):
+    import logging
+
+    from art_core.local import LocalBackend
+
+    with caplog.at_level(logging.WARNING, logger="art_core.local_backend"):
+        backend = LocalBackend(path=str(tmp_path), in_process=True)
+    assert backend.storage.root == str(tmp_path)
+    assert "in_process" in caplog.text
