@@ -60,3 +60,41 @@ def test_evaluate_flow_writes_a_tau2_pass_k_report_for_a_prompted_endpoint(prefe
     assert storage.exists(f"{run.storage_url}/tau2/baselines/{ep.model}/eval-test.json")
     # no trained step was evaluated and no checkpoint was needed
     assert not storage.exists(f"{run.storage_url}/tau2/models/agent/eval/0000.json")
+
+
+@pytest.mark.vllm
+def test_train_flow_trains_on_tau2_retails_train_split_with_ruler_and_the_environments_reward(prefect_api, tmp_path, tiny_model_path,
+                                                                                            vllm_endpoint, monkeypatch):  # fmt: skip
+    """One step on tau2's train tasks: the customer and the RULER judge are the tiny model on the session server,
+    RULER's score is mixed with tau2's reward (0 here: a random agent is cut off), and the step is trained."""
+    from art_core.storage import Storage
+    from flows.config import RunConfig
+    from flows.train import train
+
+    ep = vllm_endpoint
+    for key in ("ART_INFERENCE_API_KEY", "ART_JUDGE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.setenv(key, ep.api_key or "none")
+    options = {"user": {"model": f"openai/{ep.model}", "api_base": ep.base_url, "max_tokens": 16, "temperature": 1.0},
+               "force_tool_calls": True, "forced_message_chars": 30, "max_steps": 6}  # fmt: skip
+    judge = {"model": f"openai/{ep.model}", "api_base": ep.base_url, "max_retries": 4, "explanation_max_chars": 40,
+             "combine": "weighted", "ruler_weight": 0.5, "litellm_params": {"temperature": 1.0, "max_tokens": 2000}}  # fmt: skip
+    cfg = RunConfig(project="tau2", model="trained", base_model=tiny_model_path, storage_url=str(tmp_path / "art"),
+                    inference_url=ep.base_url, environment={"name": "tau2-retail", "options": options}, steps=1,
+                    groups_per_step=1, group_size=2, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+                    sampling={"temperature": 1.0, "max_tokens": 256}, judge=judge, eval_every=0, report_to_wandb=False)  # fmt: skip
+    summary = train(cfg)
+    storage = Storage(cfg.storage_url)
+    scored = storage.read_groups(storage.trajectories_path("tau2", "trained", "train", 0).replace(".jsonl", ".scored.jsonl"))
+    trajectories = [t for g in scored for t in g.trajectories]
+    train_ids = set(load_train_ids())
+    assert len(trajectories) == 2 and all(t.metadata["task_id"] in train_ids and t.metadata["split"] == "train" for t in trajectories)
+    for t in trajectories:  # tau2's reward kept next to RULER's score, every component in the metrics
+        assert t.metrics["independent_reward"] == 0.0 and t.metrics["truncated"] == 1.0 and "r_db" in t.metrics
+        assert t.reward == pytest.approx(0.5 * t.metrics["ruler_score"])
+    assert 1 in summary.rewards and storage.is_complete(storage.checkpoint_path("tau2", "trained", 1))
+
+
+def load_train_ids() -> list[str]:
+    from art_core.envs import load_environment
+
+    return [s.id for s in load_environment("tau2-retail").scenarios("train")]
