@@ -311,11 +311,3 @@ def resolve_train_config(model: Any, config: Any = None, _config: Mapping[str, A
         **train_overrides(options, "backend.train"),
     }
     return TrainConfig(**values)
-
-
-def warn_untrained_histories(groups: Iterable[Any]) -> None:
-    """Say once that `additional_histories` are not trained yet: art_core.training.tokenize.tokenize_histories
-    makes their sequences, but the trainer's prepare_sequences does not call it yet (docs/art-compatibility.md)."""
-    if any(getattr(t, "additional_histories", None) for g in groups for t in getattr(g, "trajectories", [])):
-        warn_unsupported("Trajectory", ["additional_histories"],
-                         "kept and logged, but this trainer trains only each trajectory's main conversation")  # fmt: skip

@@ -189,13 +189,12 @@ class LocalBackend(Backend):
         keywords and `_config` take ART's names (art_core.dev maps them onto TrainConfig, and reports the
         ones without a counterpart). Afterwards `model.get_inference_name()` names the new step.
         """
-        from art_core.dev import resolve_train_config, warn_untrained_histories
+        from art_core.dev import resolve_train_config
         from art_core.step import train_and_record
         from art_core.training.config import TrainConfig
 
         groups = list(groups if groups is not None else trajectory_groups or [])
         config = resolve_train_config(model, config, _config, art_options)
-        warn_untrained_histories(groups)
 
         if (model.project, model.name) not in self._models:
             raise RuntimeError(f"model {model.name!r} is not registered with this backend: `await model.register(backend)`")

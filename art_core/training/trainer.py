@@ -46,7 +46,7 @@ from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
 from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss
 from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
-from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_trajectory
+from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_histories
 from art_core.trajectories import TrajectoryGroup
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,9 @@ def prepare_sequences(
     groups: list[TrajectoryGroup], tokenizer: Any, config: TrainConfig, max_seq_len: int
 ) -> tuple[list[TokenizedTrajectory], dict[str, Any]]:
     """Tokenize, drop bad input with a warning, attach advantages; returns (trainable sequences, counts)."""
-    kept: list[list[TokenizedTrajectory]] = []
+    # kept[group][trajectory] = that trajectory's sequences: its conversation and each additional history
+    # (ART's sub-agent or post-reset conversations), all trained with the trajectory's advantage.
+    kept: list[list[list[TokenizedTrajectory]]] = []
     dropped, problems = 0, []
     for gi, group in enumerate(groups):
         seqs = []
@@ -166,7 +168,7 @@ def prepare_sequences(
                 dropped += 1
                 continue
             try:
-                seqs.append(tokenize_trajectory(traj, tokenizer, group_index=gi, trajectory_index=ti, max_seq_len=max_seq_len))
+                seqs.append(tokenize_histories(traj, tokenizer, group_index=gi, trajectory_index=ti, max_seq_len=max_seq_len))
             except TrajectoryError as exc:
                 _warn(f"{exc} This trajectory is dropped from the step.")
                 problems.append(str(exc))
@@ -177,7 +179,7 @@ def prepare_sequences(
         raise ValueError(f"no trajectory of this step could be tokenized ({dropped} dropped); the first: {problems[0]}")
 
     adv = step_advantages(
-        [[s.reward for s in seqs] for seqs in kept],
+        [[traj_seqs[0].reward for traj_seqs in seqs] for seqs in kept],
         scale_by_std=config.scale_rewards,
         std_epsilon=config.std_epsilon,
         tolerance=config.reward_tolerance,
@@ -186,11 +188,12 @@ def prepare_sequences(
     for seqs, advantages in zip(kept, adv.per_group):
         if advantages is None:
             continue
-        for s, a in zip(seqs, advantages):
+        for traj_seqs, a in zip(seqs, advantages):
             if config.drop_zero_advantage and abs(a) <= 1e-12:
                 continue
-            s.advantage = a
-            out.append(s)
+            for s in traj_seqs:
+                s.advantage = a
+                out.append(s)
     rewards = [t.reward for g in groups for t in g.trajectories if math.isfinite(t.reward)]
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     counts = {
