@@ -39,6 +39,7 @@ class EnvironmentConfig(_Strict):
     name: str = Field(description="A shipped environment (retail, airline, 2048, tic-tac-toe) or an importable module.")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for load_environment.")
     _constrains_sampling: bool = PrivateAttr(default=False)
+    _recommended_sampling: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -63,6 +64,8 @@ class EnvironmentConfig(_Strict):
         except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
             raise ValueError(f"environment {self.name!r} refused options {self.options}: {e}") from None
         self._constrains_sampling = bool(getattr(env, "constrains_sampling", False))
+        protocol = getattr(env, "protocol", None)  # e.g. tau2's: the benchmark's own temperature and max_tokens
+        self._recommended_sampling = dict(protocol.sampling()) if protocol is not None else {}
         return self
 
     @property
@@ -71,11 +74,17 @@ class EnvironmentConfig(_Strict):
         return self._constrains_sampling
 
 
+DEFAULT_MAX_TOKENS = 256  # fits a real tool call; the old 64 cut most of them
+
+
 class SamplingConfig(_Strict):
     """How rollouts sample from the served model."""
 
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of rollouts.")
-    max_tokens: int = Field(64, ge=1, description="Most tokens per assistant turn.")
+    max_tokens: int | None = Field(
+        None, ge=1, description="Most tokens per assistant turn; None: the environment's recommendation (tau2: 2048), "
+        f"else {DEFAULT_MAX_TOKENS}. Too few cut tool calls (one booking call is a few hundred tokens).",
+    )
 
 
 class EvalConfig(_Strict):
@@ -85,6 +94,10 @@ class EvalConfig(_Strict):
     scenarios: int = Field(8, ge=1, description="How many scenarios of the split (the first N, in order).")
     trials: int = Field(1, ge=1, description="Attempts per scenario; pass^k is reported for k = 1..trials.")
     success_threshold: float = Field(1.0, description="A trial passes when its reward is at least this.")
+    temperature: float | None = Field(
+        None, ge=0, description="Sampling temperature when evaluating; None: the environment's recommendation (tau2: 0), "
+        "else the rollouts' temperature.",
+    )
 
 
 class RunConfig(_Strict):
@@ -157,6 +170,20 @@ class RunConfig(_Strict):
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError(f"inference URL {v!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
         return v.rstrip("/") if v else v
+
+    @model_validator(mode="after")
+    def _sampling_defaults_from_the_environment(self) -> "RunConfig":
+        if self.sampling.max_tokens is None:
+            recommended = self.environment._recommended_sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
+            self.sampling = self.sampling.model_copy(update={"max_tokens": recommended})
+        return self
+
+    def eval_sampling(self) -> dict[str, Any]:
+        """The sampling of evaluations: the rollouts', at the evaluation temperature."""
+        temperature = self.eval.temperature
+        if temperature is None:
+            temperature = self.environment._recommended_sampling.get("temperature", self.sampling.temperature)
+        return {**self.sampling.model_dump(), "temperature": temperature}
 
     @model_validator(mode="after")
     def _constrained_sampling_needs_recomputed_logprobs(self) -> "RunConfig":

@@ -29,7 +29,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
-    ref, rollout = refs(run)
+    ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     storage = ref.storage()
     steps = [] if config.prompted_only else list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
     missing = [s for s in steps if s > 0 and not storage.is_complete(storage.checkpoint_path(run.project, run.model, s))]

@@ -39,7 +39,7 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     run = config.run
-    ref, rollout = refs(run)
+    ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     storage = ref.storage()
     latest = storage.latest_checkpoint_step(run.project, run.model) or 0
     train(run.model_copy(update={"steps": latest + config.extra_steps}))

@@ -39,8 +39,10 @@ class TrainSummary(BaseModel):
     report_paths: dict[str, str]
 
 
-def refs(config: RunConfig) -> tuple[ModelRef, RolloutSpec]:
-    """The task-level references a run config stands for (only what changes a task's result)."""
+def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSpec]:
+    """The task-level references a run config stands for (only what changes a task's result).
+
+    `for_eval`: the rollout spec of evaluations (their temperature, see RunConfig.eval_sampling)."""
     ref = ModelRef(storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model)
     rollout = RolloutSpec(
         environment=config.environment.name,
@@ -48,7 +50,7 @@ def refs(config: RunConfig) -> tuple[ModelRef, RolloutSpec]:
         groups_per_step=config.groups_per_step,
         group_size=config.group_size,
         seed=config.seed,
-        sampling=config.sampling.model_dump(),
+        sampling=config.eval_sampling() if for_eval else config.sampling.model_dump(),
         max_exceptions=config.max_exceptions,
     )
     return ref, rollout
@@ -71,6 +73,7 @@ def train(config: RunConfig) -> TrainSummary:
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     ref, rollout = refs(config)
+    eval_rollout = refs(config, for_eval=True)[1]
     bind_model(ref, config)  # before any server starts or any task runs
     results = result_storage_for(config.storage_url)
     gather = gather_trajectories.with_options(result_storage=results)
@@ -109,7 +112,7 @@ def train(config: RunConfig) -> TrainSummary:
         )
         if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
             e = config.eval
-            report = evaluate_step(ref, rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
+            report = evaluate_step(ref, eval_rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
                                    e.trials, e.success_threshold, url, rank)  # fmt: skip
             if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
                 store.write_eval(trained.step, report.model_dump(mode="json"))

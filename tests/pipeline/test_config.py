@@ -79,3 +79,14 @@ def test_one_judge_config_for_the_run_the_task_and_ruler():
     assert LibraryJudge is RunJudge is TaskJudge is RulerConfig
     judge = LibraryJudge(judge_model="openai/o4-mini", extra_litellm_params={"temperature": 0.2})  # ART's names
     assert judge.model == "openai/o4-mini" and judge.litellm_params == {"temperature": 0.2} and judge.timeout_s == 120
+
+
+def test_sampling_defaults_fit_tool_calls_and_follow_the_environments_protocol(tiny_model_path, tmp_path):
+    plain = RunConfig(**_base(tiny_model_path, tmp_path))
+    assert plain.sampling.max_tokens == 256 and plain.eval_sampling()["temperature"] == plain.sampling.temperature
+    tau2 = RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "tau2-retail"}))
+    assert tau2.sampling.max_tokens == 2048  # tau2's protocol: a booking call alone is hundreds of tokens
+    assert tau2.sampling.temperature == 1.0 and tau2.eval_sampling()["temperature"] == 0.0  # GRPO samples, tau2 evaluates at 0
+    own = RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "tau2-retail"}, sampling={"max_tokens": 8},
+                            eval={"temperature": 0.7}))  # fmt: skip
+    assert own.sampling.max_tokens == 8 and own.eval_sampling() == {"temperature": 0.7, "max_tokens": 8}
