@@ -157,10 +157,10 @@ TRAIN_KEYS: dict[str, tuple[str, Any]] = {
     "adam_epsilon": ("adam_epsilon", float),
     "max_grad_norm": ("max_grad_norm", float),
     "seed": ("seed", int),
+    "logprob_calculation_chunk_size": ("logit_chunk_tokens", int),  # both: positions per chunk through the LM head
 }
 # Accepted and meaningful, but with nothing to set: why, per key (said once in the warning).
 NO_EFFECT: dict[str, str] = {
-    "logprob_calculation_chunk_size": "a memory knob of ART's Unsloth trainer; ours chunks by tokens_per_forward",
     "allow_training_without_logprobs": "our server returns logprobs and token ids on every request",
     "save_checkpoint": "every step is checkpointed (that is how the next step is served)",
 }
