@@ -19,6 +19,7 @@ from art_core.evaluate import EvalReport
 from art_core.reporting import eval_markdown
 from flows.config import EvaluateConfig
 from flows.lifetime import guard_temporary_server
+from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
 from flows.train import policy_of, refs
 from tasks import evaluate, evaluate_prompted, result_storage_for
@@ -28,6 +29,7 @@ from tasks import evaluate, evaluate_prompted, result_storage_for
 def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
+    warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     run = config.run
     ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     storage = ref.storage()
