@@ -10,6 +10,7 @@ scenario, so it is reported for k = 1..trials.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -111,12 +112,6 @@ async def evaluate_model(
     return report, groups
 
 
-def _run(coro: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coro)
-
-
 def evaluate_step(ref: ModelRef, rollout: RolloutSpec, step: int, endpoint: "Callable[[int], Endpoint]", *,
                   split: str = "val", scenarios: int = 8, trials: int = 1, success_threshold: float = 1.0,
                   run: Callable[[Any], Any] | None = None) -> EvalReport:  # fmt: skip
@@ -130,7 +125,7 @@ def evaluate_step(ref: ModelRef, rollout: RolloutSpec, step: int, endpoint: "Cal
     store = ref.store()
     ep = endpoint(adapter_rank(store, step))
     served = serve_step(ep, store, ref.base_model, step)
-    report, groups = (run or _run)(evaluate_model(rollout.load_environment(), ep, served, step=step, split=split,
+    report, groups = (run or asyncio.run)(evaluate_model(rollout.load_environment(), ep, served, step=step, split=split,
                                                    scenarios=scenarios, trials=trials,
                                                    success_threshold=success_threshold, sampling=rollout.sampling))  # fmt: skip
     store.write_eval(step, report.model_dump(mode="json"))
@@ -146,7 +141,7 @@ def evaluate_baseline(storage_url: str, project: str, endpoint: "Endpoint", mode
     `{project}/baselines/{model}/eval-{split}.json`."""
     from art_core.storage import Storage
 
-    report, _ = (run or _run)(evaluate_model(rollout.load_environment(), endpoint, model, step=0, split=split,
+    report, _ = (run or asyncio.run)(evaluate_model(rollout.load_environment(), endpoint, model, step=0, split=split,
                                              scenarios=scenarios, trials=trials, success_threshold=success_threshold,
                                              sampling=rollout.sampling))  # fmt: skip
     storage = Storage(storage_url)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.envs.base import Environment, Scenario
 from art_core.gather import gather_trajectory_groups, trajectory_group
 from art_core.storage import Storage
+from art_core.store import file_fingerprint
 from art_core.trajectories import TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -62,8 +63,7 @@ def checkpoint_fingerprint(storage: Storage, project: str, name: str, step: int)
     if not store.is_complete(step):
         raise FileNotFoundError(f"checkpoint {folder} is missing or incomplete: train step {step} first")
     path = storage.join(folder, "adapter_model.safetensors")
-    info = storage.fs.info(path if storage.exists(path) else storage.join(folder, "COMPLETE"))
-    return str(info.get("ETag") or f"{info.get('size')}-{info.get('mtime') or info.get('LastModified')}")
+    return file_fingerprint(storage, path if storage.exists(path) else storage.join(folder, "COMPLETE"))
 
 
 def scenarios_for_step(env: Environment, split: str, step: int, count: int, seed: int = 0) -> list[Scenario]:

@@ -15,6 +15,7 @@ from the checkpoint itself when the crash came between the two.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -25,7 +26,7 @@ from pydantic import BaseModel
 
 from art_core.backend import TrainResult
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step
-from art_core.store import ModelRef, ModelStore
+from art_core.store import ModelRef, ModelStore, file_fingerprint
 
 if TYPE_CHECKING:
     from art_core.inference.server import VLLMServer
@@ -75,7 +76,7 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
         trained = store.is_complete(step + 1)
         if trained or all(g.metadata.get("inputs_key") == key for g in groups):
             log.info("step %d: reusing the rollouts in %s (not rolling out again)", step, uri)
-            return GatherOutcome(step=step, uri=uri, fingerprint=fingerprint(store, uri), summary=reward_summary(groups),
+            return GatherOutcome(step=step, uri=uri, fingerprint=file_fingerprint(store.storage, uri), summary=reward_summary(groups),
                                  reused=True, seconds=time.perf_counter() - t0)  # fmt: skip
     env = rollout.load_environment()
     ep = endpoint(adapter_rank(store, step))
@@ -83,7 +84,7 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
     coro = rollout_groups(env, ep, name, scenarios, rollout.group_size, max_exceptions=rollout.max_exceptions,
                           sampling=rollout.sampling)  # fmt: skip
-    groups = (run or _run)(coro)
+    groups = (run or asyncio.run)(coro)
     for g in groups:
         g.metadata["inputs_key"] = key
         g.metadata["sampled_from"] = name
@@ -91,20 +92,8 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
     summary = reward_summary(groups)
     log.info("step %d: %d rollouts of %s, reward %.3f -> %s", step, int(summary["trajectories"]), name,
              summary["reward"], uri)  # fmt: skip
-    return GatherOutcome(step=step, uri=uri, fingerprint=fingerprint(store, uri), summary=summary, reused=False,
+    return GatherOutcome(step=step, uri=uri, fingerprint=file_fingerprint(store.storage, uri), summary=summary, reused=False,
                          seconds=time.perf_counter() - t0)  # fmt: skip
-
-
-def fingerprint(store: ModelStore, uri: str) -> str:
-    """What identifies a stored file's content: its ETag (S3) or size and mtime (local)."""
-    info = store.storage.fs.info(uri)
-    return str(info.get("ETag") or f"{info.get('size')}-{info.get('mtime') or info.get('LastModified')}")
-
-
-def _run(coro: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coro)
 
 
 # ---- train -----------------------------------------------------------------------------------------

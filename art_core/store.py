@@ -274,6 +274,13 @@ class ModelStore:
             return None
 
 
+def file_fingerprint(storage: "Storage", path: str) -> str:
+    """What identifies a stored file's content: its ETag (S3) or size and mtime (local). A cache keyed on it
+    misses when the file is written again."""
+    info = storage.fs.info(path)
+    return str(info.get("ETag") or f"{info.get('size')}-{info.get('mtime') or info.get('LastModified')}")
+
+
 def same_base_model(a: str, b: str) -> bool:
     """Two spellings of one base model: equal strings, or paths to the same folder."""
     return a == b or (os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b))

@@ -232,15 +232,24 @@ class LLMUser:
         return await self._next()
 
     async def _next(self) -> str:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else litellm fetches a price list at import
-        import litellm
+        return await customer_turn(self.settings, self.messages)
 
-        s = self.settings
-        response = await litellm.acompletion(
-            model=s.model, messages=self.messages, api_base=s.api_base, api_key=s.api_key.get_secret_value() if s.api_key else None,
-            temperature=s.temperature, max_tokens=s.max_tokens, **s.completion_kwargs,
-        )
-        text = response.choices[0].message.content or ""
-        self.messages.append({"role": "assistant", "content": text})
-        return text
+
+async def customer_turn(settings: LLMUserSettings, messages: list[dict[str, str]]) -> str:
+    """The simulated customer's next message through litellm, appended to `messages` (roles flipped: the
+    agent speaks as "user" to the simulator). Shared by the tau-style and the tau2 customers.
+
+        text = await customer_turn(LLMUserSettings(model="openai/gpt-4.1"), messages)   # doctest: +SKIP
+    """
+    from art_core.rewards.accounting import import_litellm
+
+    litellm = import_litellm()  # with the bundled price map: importing litellm never reaches for the network
+    s = settings
+    response = await litellm.acompletion(
+        model=s.model, messages=messages, api_base=s.api_base, api_key=s.api_key.get_secret_value() if s.api_key else None,
+        temperature=s.temperature, max_tokens=s.max_tokens, **s.completion_kwargs,
+    )
+    text = response.choices[0].message.content or ""
+    messages.append({"role": "assistant", "content": text})
+    return text
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from art_core.envs.tau.users import LLMUserSettings
+from art_core.envs.tau.users import LLMUserSettings, customer_turn
 from art_core.envs.tau2.data import render_scenario
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
@@ -68,14 +68,4 @@ class Tau2User:
     async def reply(self, agent_message: str) -> str:
         """The customer's answer to one agent message (the greeting first)."""
         self.messages.append({"role": "user", "content": agent_message})
-        from art_core.rewards.accounting import import_litellm
-
-        litellm = import_litellm()
-        s = self.settings
-        response = await litellm.acompletion(
-            model=s.model, messages=self.messages, api_base=s.api_base, api_key=s.api_key.get_secret_value() if s.api_key else None,
-            temperature=s.temperature, max_tokens=s.max_tokens, **s.completion_kwargs,
-        )
-        text = response.choices[0].message.content or ""
-        self.messages.append({"role": "assistant", "content": text})
-        return text
+        return await customer_turn(self.settings, self.messages)
