@@ -17,7 +17,7 @@ export WANDB_MODE ?= offline
 # weave (ART's @weave.op) and wandb report errors to Sentry over the network, which is closed here.
 export WANDB_ERROR_REPORTING ?= false
 
-.PHONY: install test demo bench clean
+.PHONY: install sky test demo bench clean
 
 install: $(STAMP)
 
@@ -36,7 +36,21 @@ endif
 	$(PIP) install -q -e ".[train,pipeline,dev,tau2]"
 	@touch $@
 
-test: install
+# SkyPilot (scripts/launch-cluster.sh, deployments/gpu-node.sky.yaml) gets a venv of its own: skypilot 0.14.1
+# pins click<8.2 and uvicorn<0.36, which prefect 3.7.6 and vllm 0.32 outgrew. Only the pin of pyproject's
+# `cluster` extra goes in (not the project), read from pyproject so the version is written once.
+SKY_VENV := .venv-sky
+SKY_STAMP := $(SKY_VENV)/.installed
+
+sky: $(SKY_STAMP)
+
+$(SKY_STAMP): pyproject.toml
+	@test -x $(SKY_VENV)/bin/python || $(PYTHON) -m venv $(SKY_VENV)
+	$(SKY_VENV)/bin/python -m pip install -q $$($(SKY_VENV)/bin/python -c 'import tomllib; \
+		print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["cluster"])')
+	@touch $@
+
+test: install $(SKY_STAMP)
 	bash scripts/run_tests.sh $(PYTEST_ARGS)
 
 demo: install
@@ -46,4 +60,4 @@ bench: install
 	$(PY) bench/inference.py && $(PY) bench/trainer.py && $(PY) bench/ruler.py && $(PY) bench/pipeline.py
 
 clean:
-	rm -rf $(VENV) .art .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(SKY_VENV) .art .pytest_cache build *.egg-info
