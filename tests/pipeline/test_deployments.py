@@ -30,14 +30,15 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(p
     env = dict(os.environ, PREFECT_API_URL=prefect_api, ART_INFERENCE_API_KEY=vllm_endpoint.api_key or "",
                WANDB_MODE="offline", WANDB_DIR=str(tmp_path / "wandb"))  # fmt: skip
     _cli(["work-pool", "create", "art-process", "--type", "process", "--overwrite"], env)
+    _cli(["work-pool", "create", "art-gpu", "--type", "process", "--overwrite"], env)  # the train-step deployment's
     _cli(["deploy", "--all", "--prefect-file", "deployments/prefect.yaml"], env)
 
     with get_client(sync_client=True) as client:
         deployments = {d.name: d for d in client.read_deployments()}
-    assert {"train", "evaluate", "deploy", "retrain-nightly"} <= set(deployments)
+    assert {"train", "evaluate", "deploy", "retrain-nightly", "gpu"} <= set(deployments)
     nightly = deployments["retrain-nightly"]
     assert [(s.schedule.cron, s.active) for s in nightly.schedules] == [("0 3 * * *", False)]  # paused until asked
-    assert all(d.work_pool_name == "art-process" for d in deployments.values())
+    assert {n: d.work_pool_name for n, d in deployments.items() if d.work_pool_name != "art-process"} == {"gpu": "art-gpu"}
     assert "config" in deployments["train"].parameter_openapi_schema["properties"]  # the UI form
 
     storage = tmp_path / "art"

@@ -1,0 +1,45 @@
+"""The train-step flow: one GRPO step as a flow run of its own, for a GPU work pool.
+
+The train flow runs it through the `train-step/gpu` deployment (deployments/prefect.yaml) when its config
+says `scale.train_deployment="train-step/gpu"`: a worker on the GPU machine picks the run up, reads the
+step's scored rollouts from storage, trains, and writes checkpoint `step + 1` and its history record back
+to the same storage (S3). Nothing but references crosses machines: the model's storage root and name,
+the rollouts' URI, the step, the train settings.
+
+    prefect work-pool create art-gpu --type process && prefect work-pool set-concurrency-limit art-gpu 1
+    prefect --no-prompt deploy --name gpu --prefect-file deployments/prefect.yaml
+    prefect worker start --pool art-gpu            # on the GPU machine, with the storage's keys set
+
+Like the in-process step it is idempotent by the checkpoint: a run whose checkpoint already exists trains
+nothing and ends `Cached`, so the caller can tell a trained step from a skipped one by the state's name.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.states import Completed
+
+from art_core.store import ModelRef
+from art_core.training.config import TrainConfig
+from flows.lifetime import guard_temporary_server
+from tasks.specs import TrainStepResult
+from tasks.train import train_step
+
+
+@flow(name="train-step", log_prints=True)
+def train_step_flow(ref: ModelRef, scored_uri: str, step: int, config: TrainConfig):
+    """Train checkpoint `step` -> `step + 1` of `ref` on the scored groups at `scored_uri` (all in storage).
+
+    Ends `Completed` with the TrainStepResult when it trained, `Cached` when the checkpoint existed.
+
+    >>> train_step_flow(ref, "s3://bucket/runs/demo/models/agent-001/trajectories/train/0000.jsonl", 0,
+    ...                 TrainConfig(learning_rate=2e-3))          # doctest: +SKIP
+    """
+    guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
+    # No inference_url: a vLLM server on this worker is not ours to put to sleep (it serves other runs).
+    state = train_step(ref, scored_uri, step, config, return_state=True)
+    result: TrainStepResult = state.result()
+    if not result.trained:
+        # The flow run's own state says it, so the caller on another machine reads it from the API.
+        return Completed(name="Cached", data=result, message=state.message)
+    return result
