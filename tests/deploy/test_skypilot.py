@@ -131,7 +131,16 @@ def test_worker_polls_the_pool_of_the_gpu_train_step_deployment(full):
     assert deployment["work_pool"]["name"] == "art-gpu"
     assert deployment["entrypoint"].startswith("flows/train_step.py:")
     # The replica and the worker both run in the job: either one ending ends it.
-    assert re.search(r"wait -n \"\$replica\" \"\$worker\"", full["run"])
+    assert re.search(r"^\s*wait -n\s*$", full["run"], re.M)
+
+
+def test_setup_and_run_are_valid_bash(full, tmp_path):
+    """SkyPilot runs both sections with bash on the node; a syntax error would show only after a billed setup."""
+    for section in ("setup", "run"):
+        script = tmp_path / f"{section}.sh"
+        script.write_text(full[section])
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, (section, proc.stderr)
 
 
 def test_storage_and_keys_reach_the_node_as_given(full):
