@@ -40,19 +40,21 @@ def gpu_worker(prefect_api, s3_server, tmp_path_factory):
     t0 = time.perf_counter()
     _cli(["work-pool", "create", "art-gpu", "--type", "process", "--overwrite"], env)
     _cli(["work-pool", "set-concurrency-limit", "art-gpu", "1"], env)
-    _cli(["deploy", "--name", "gpu", "--prefect-file", "deployments/prefect.yaml"], env)
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log:  # the worker starts while the deployment is made (it only polls till then)
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "art-gpu", "--name", "gpu-worker-test"],
                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    print(f"pool + deployment + worker started in {time.perf_counter() - t0:.1f}s")
-    yield worker, log_path
-    worker.terminate()  # by its own pid; the flow runs it started have ended with the test
     try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+        _cli(["deploy", "--name", "gpu", "--prefect-file", "deployments/prefect.yaml"], env)
+        print(f"pool + deployment + worker started in {time.perf_counter() - t0:.1f}s")
+        yield worker, log_path
+    finally:
+        worker.terminate()  # by its own pid; the flow runs it started have ended with the test
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 def _scored_step0(ref, vllm_endpoint) -> str:
@@ -122,7 +124,7 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s
         pid = int(str(child.infrastructure_pid).rsplit(":", 1)[-1])
         assert pid not in (os.getpid(), worker.pid)  # a process of its own, started by the worker
         parent_task = client.read_task_run(child.parent_task_run_id)  # linked under this flow run in the UI
-        assert parent_task.flow_run_id == state.state_details.flow_run_id
+        assert parent_task.flow_run_id == state.state_details.flow_run_id and parent_task.state.is_completed()
     assert str(child.id) in worker_log.read_text(), "the worker we started did not run the step"
 
     # Again: the checkpoint exists, so nothing is queued on the pool and nothing is trained.
