@@ -146,7 +146,7 @@ def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: i
     out = TrainStepResult(step=target, checkpoint_uri=store.checkpoint(target), metrics=metrics,
                           trained=state.name != "Cached", seconds=time.perf_counter() - t0)  # fmt: skip
     ran = child.total_run_time.total_seconds()
-    log.info("step %d: %s by %r in %.1fs (%.1fs waiting for the pool) -> %s", target,
+    log.info("step %d: %s by %r in %.1fs (%.1fs queued and starting) -> %s", target,
              "trained" if out.trained else "found trained", child.name, ran, max(out.seconds - ran, 0.0),
              out.checkpoint_uri)  # fmt: skip
     if not out.trained:
