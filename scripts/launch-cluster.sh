@@ -86,6 +86,10 @@ fi
 
 # Refuse what would give a node that cannot work, before anything is billed.
 [ -n "$BASE_MODEL" ] || die "no base model: give --base-model (the hub id or path your runs train on)"
+case "$BASE_MODEL" in
+  .*|"~"*) die "--base-model '$BASE_MODEL' is a path on this machine, which the node does not have:" \
+             "give a hub id (Qwen/Qwen2.5-7B-Instruct) or an absolute path on the node" ;;
+esac
 [[ "$NAME" =~ ^[a-z]([-a-z0-9]*[a-z0-9])?$ ]] \
   || die "cluster name '$NAME': use lowercase letters, digits and '-', starting with a letter"
 case "${ART_STORAGE_ROOT:-}" in

@@ -194,6 +194,7 @@ def test_help_names_every_required_setting_and_how_to_stop(tmp_path):
     "args, unset, changed, message",
     [
         ([], ["ART_BASE_MODEL"], {}, "no base model"),
+        (["--base-model", "./.models/tiny"], [], {}, "is a path on this machine"),
         ([], ["ART_STORAGE_ROOT"], {}, "ART_STORAGE_ROOT is not set"),
         ([], [], {"ART_STORAGE_ROOT": "./.art"}, "is not on S3"),
         ([], [], {"ART_STORAGE_ROOT": "s3://"}, "is not on S3"),
