@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--fresh", action="store_true", help="delete this model's checkpoints and cached work first")
     args = p.parse_args(argv)
     for key, value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-                       "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}.items():  # fmt: skip
+                       "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                       "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}.items():  # fmt: skip
         os.environ.setdefault(key, value)
 
     from art_core.testing.tiny_model import build_tiny_model

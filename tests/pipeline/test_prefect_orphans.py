@@ -42,6 +42,8 @@ def test_sigkill_mid_flow_ends_the_temporary_prefect_server(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
     # A database of its own: never the developer's ~/.prefect, which other runs may be using.
     env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    # Prefect waits 20 s for its temporary server; a loaded 2-core CI machine took longer once.
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
     flow = subprocess.Popen([sys.executable, "-c", FLOW], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
