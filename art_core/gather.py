@@ -70,7 +70,7 @@ async def _done(t: Trajectory) -> Trajectory:
     return t
 
 
-def _exception_limit(max_exceptions: int | float, total: int) -> int:
+def exception_limit(max_exceptions: int | float, total: int) -> int:
     if isinstance(max_exceptions, float) and 0 <= max_exceptions < 1:
         return int(max_exceptions * total)
     if max_exceptions < 0:
@@ -160,7 +160,7 @@ async def gather_trajectory_groups(
     """
     pending = [_as_pending(g) for g in groups]
     total = sum(len(p.awaitables) if isinstance(p, PendingGroup) else 1 for p in pending)
-    limit = _exception_limit(max_exceptions, total)
+    limit = exception_limit(max_exceptions, total)
     semaphore = asyncio.Semaphore(max_concurrent)
     failures: list[BaseException] = []
     progress = _Progress(pbar_desc, len(pending), total, pbar_total_completion_tokens, max_metrics)
@@ -244,7 +244,7 @@ async def gather_trajectories(
         trajectories = [r for r in results if isinstance(r, Trajectory)]
     """
     items = list(trajectories)
-    limit = _exception_limit(max_exceptions, len(items))
+    limit = exception_limit(max_exceptions, len(items))
     progress = _Progress(pbar_desc, 0, len(items), pbar_total_completion_tokens, max_metrics)
     failures: list[BaseException] = []
 

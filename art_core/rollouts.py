@@ -83,7 +83,7 @@ def scenarios_for_step(env: Environment, split: str, step: int, count: int, seed
 
 async def rollout_groups(
     env: Environment,
-    endpoint: "Endpoint",
+    endpoint: "Endpoint | list[Endpoint]",
     model: str,
     scenarios: list[Scenario],
     group_size: int,
@@ -92,22 +92,27 @@ async def rollout_groups(
     sampling: dict[str, Any] | None = None,
     pbar_desc: str | None = "gather",
 ) -> list[TrajectoryGroup]:
-    """Roll each scenario out `group_size` times against `model` on the endpoint; groups in scenario order.
+    """Roll each scenario out `group_size` times against `model`; groups in scenario order.
 
-    Each group's metadata records the scenario id, so a stored step can be traced back to its inputs.
+    Given several endpoints (replicas serving `model` under the same name), each rollout goes to the one
+    with the fewest rollouts in flight (art_core.fanout.Balancer) and records it in its metadata. Each
+    group's metadata records the scenario id, so a stored step can be traced back to its inputs.
     """
-    client = endpoint.client()
+    from art_core.fanout import Balancer, balanced_rollout
+
+    balancer = Balancer(endpoint if isinstance(endpoint, list) else [endpoint])
     sampling = sampling or {}
     try:
         pending = [
             trajectory_group(
-                (env.rollout(client, model, s, **sampling) for _ in range(group_size)), scenario_id=s.id, split=s.split
-            )
+                (balanced_rollout(env, balancer, model, s, **sampling) for _ in range(group_size)),
+                scenario_id=s.id, split=s.split,
+            )  # fmt: skip
             for s in scenarios
         ]
         return await gather_trajectory_groups(pending, max_exceptions=max_exceptions, pbar_desc=pbar_desc)
     finally:
-        await client.close()
+        await balancer.close()
 
 
 def reward_summary(groups: list[TrajectoryGroup]) -> dict[str, float]:

@@ -79,10 +79,14 @@ class Endpoint(BaseModel):
     base_url: str
     api_key: str | None = Field(None, exclude=True, repr=False)
     base_name: str
+    # True when the server reads this machine's files: adapters are loaded by local path. False for a
+    # replica elsewhere (a Ray actor, a cluster node): it fetches each adapter from storage itself.
+    shares_files: bool = True
 
     @classmethod
-    def of(cls, server: "VLLMServer") -> "Endpoint":
-        return cls(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name)
+    def of(cls, server: "VLLMServer", shares_files: bool = True) -> "Endpoint":
+        return cls(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name,
+                   shares_files=shares_files)  # fmt: skip
 
     def client(self, **kwargs: Any):
         """An `openai.AsyncOpenAI` for this server (no retries: a dead server must show, not stall)."""
@@ -117,7 +121,9 @@ def discover_endpoint(base_url: str, api_key: str | None = None) -> Endpoint:
     bases = [m["id"] for m in r.json()["data"] if not m.get("parent")]
     if not bases:
         raise RuntimeError(f"inference server {base_url} lists no base model in /v1/models")
-    return Endpoint(base_url=base_url.rstrip("/"), api_key=api_key, base_name=bases[0])
+    host = httpx.URL(base_url).host
+    return Endpoint(base_url=base_url.rstrip("/"), api_key=api_key, base_name=bases[0],
+                    shares_files=host in ("127.0.0.1", "localhost", "::1"))  # fmt: skip
 
 
 # ---- servers ---------------------------------------------------------------------------------------
@@ -143,7 +149,8 @@ def live_server_at(base_url: str) -> "VLLMServer | None":
 
 
 class ServerPool:
-    """One vLLM server per base model, started on first use; `close()` stops those it started.
+    """vLLM servers per base model (one, or `replicas` of them), started on first use; `close()` stops
+    those it started.
 
     `LocalBackend` owns a pool; the Prefect tasks share `PROCESS_POOL` (one per worker process), so a fully
     cached run never starts a server at all.
@@ -151,30 +158,35 @@ class ServerPool:
 
     def __init__(self, **overrides: Any) -> None:
         self.overrides = overrides  # ServerConfig fields for every server started here
-        self._servers: dict[str, "VLLMServer"] = {}
+        self._servers: dict[tuple[str, int], "VLLMServer"] = {}  # (base model, replica index) -> server
         self._owned: set[int] = set()
         self._lock = threading.Lock()
 
-    def servers(self) -> list["VLLMServer"]:
-        return list(self._servers.values())
+    def servers(self, base_model: str | None = None) -> list["VLLMServer"]:
+        """Every server of the pool, or those of one base model (replica 0 first)."""
+        if base_model is None:
+            return list(self._servers.values())
+        key = self._key(base_model)
+        return [s for (b, _), s in sorted(self._servers.items(), key=lambda kv: kv[0][1]) if b == key]
 
     def _key(self, base_model: str) -> str:
         from art_core.store import same_base_model
 
-        return next((k for k in self._servers if same_base_model(k, base_model)), base_model)
+        return next((b for b, _ in self._servers if same_base_model(b, base_model)), base_model)
 
     def adopt(self, server: "VLLMServer") -> "VLLMServer":
         """Use a server someone else started for its base model (close() leaves it running)."""
         with self._lock:
-            self._servers[self._key(server.config.model)] = server
+            self._servers[(self._key(server.config.model), 0)] = server
         return server
 
-    def get(self, base_model: str, *, max_lora_rank: int = 8) -> "VLLMServer":
-        """The running server for `base_model` (started, restarted if dead, or widened for the LoRA rank)."""
+    def get(self, base_model: str, *, max_lora_rank: int = 8, replica: int = 0) -> "VLLMServer":
+        """The running server for `base_model` (started, restarted if dead, or widened for the LoRA rank);
+        `replica` > 0 names further servers of the same model (each on a port of its own)."""
         from art_core.inference.server import VLLMServer
 
         with self._lock:
-            key = self._key(base_model)
+            key = (self._key(base_model), replica)
             server = self._servers.get(key)
             if server is None:
                 server = VLLMServer(server_config(base_model, max_lora_rank=max_lora_rank, overrides=self.overrides))
@@ -225,9 +237,7 @@ def servers_sharing(base_model: str, inference_url: str | None = None, pool: Ser
     if inference_url:
         server = live_server_at(inference_url)
         return [server] if server is not None else []
-    pool = pool or PROCESS_POOL
-    key = pool._key(base_model)
-    return [pool._servers[key]] if key in pool._servers and pool._servers[key].is_alive() else []
+    return [s for s in (pool or PROCESS_POOL).servers(base_model) if s.is_alive()]
 
 
 # ---- adapters ----------------------------------------------------------------------------------------
@@ -256,17 +266,67 @@ def local_adapter(store: "ModelStore", base_model: str, step: int, cache: str | 
     """A local folder holding step `step`'s adapter: the zero adapter at 0, the checkpoint (or a copy of it)."""
     if step == 0:
         return zero_adapter(base_model, cache)
+    uri = _complete_checkpoint(store, step)
+    return uri if store.storage.is_local else _local_copy(store.storage, uri, cache)
+
+
+def _complete_checkpoint(store: "ModelStore", step: int) -> str:
     uri = store.checkpoint(step)
     if not store.is_complete(step):
         have = store.checkpoint_steps()
         raise FileNotFoundError(f"no complete checkpoint for step {step} at {uri} (complete steps: {have or 'none'})")
-    if store.storage.is_local:
-        return uri
-    # The URI names the checkpoint uniquely; a complete copy is reused, a half-copied one redone.
+    return uri
+
+
+def _local_copy(storage: Any, uri: str, cache: str | None = None) -> str:
+    """A local copy of the stored checkpoint folder `uri`, made once (copied aside, then renamed into place,
+    so a copy cut short is never taken for a whole one)."""
     local = os.path.join(cache or cache_dir(), "copies", hashlib.sha1(uri.encode()).hexdigest()[:16])
-    if not os.path.exists(os.path.join(local, "COMPLETE")):
-        store.storage.get_dir(uri, local)
+    if not os.path.exists(local):
+        tmp = f"{local}.tmp-{os.getpid()}-{threading.get_ident()}"
+        storage.get_dir(uri, tmp)
+        try:
+            os.replace(tmp, local)
+        except OSError:  # another process won the race; its copy is the same
+            pass
     return local
+
+
+# What a replica that does not share our files is asked to load for step 0: it builds the zero adapter of
+# its own base model (art_core.inference.middleware resolves it, with storage URLs, inside the server).
+ZERO_ADAPTER_SOURCE = "art:zero-adapter"
+
+
+def adapter_source(endpoint: Endpoint, store: "ModelStore", base_model: str, step: int) -> str:
+    """What `endpoint` is told to load for step `step`: a local folder when it shares our files, else the
+    checkpoint's storage URL (the replica fetches it) or, at step 0, ZERO_ADAPTER_SOURCE."""
+    if endpoint.shares_files:
+        return local_adapter(store, base_model, step)
+    if step == 0:
+        return ZERO_ADAPTER_SOURCE
+    if store.storage.is_local:
+        raise ValueError(
+            f"the replica at {endpoint.base_url} does not share this machine's files, so it cannot read the local "
+            f"storage root {store.storage.root!r}: store the run on S3 (storage_url='s3://bucket/prefix')"
+        )
+    return _complete_checkpoint(store, step)
+
+
+def fetch_adapter(source: str, base_model: str, cache: str | None = None) -> str:
+    """Inside a replica: the local folder for an adapter named by storage URL or ZERO_ADAPTER_SOURCE.
+
+    A plain path is returned as it is. Credentials for S3 come from the replica's environment.
+    """
+    if source == ZERO_ADAPTER_SOURCE:
+        return zero_adapter(base_model, cache)
+    if "://" not in source or source.startswith("file://"):
+        return source.removeprefix("file://")
+    from art_core.storage import Storage
+
+    storage = Storage(source)
+    if not storage.is_complete(source):
+        raise FileNotFoundError(f"no complete checkpoint at {source} (its COMPLETE marker is missing)")
+    return _local_copy(storage, source, cache)
 
 
 def load_adapter(endpoint: Endpoint, lora_name: str, local_path: str) -> None:
@@ -303,5 +363,5 @@ def serve_step(endpoint: Endpoint, store: "ModelStore", base_model: str, step: i
     Loaded every time (about 10 ms): another run may have loaded other weights under the same name.
     """
     name = step_name(store.name, step)
-    load_adapter(endpoint, name, local_adapter(store, base_model, step))
+    load_adapter(endpoint, name, adapter_source(endpoint, store, base_model, step))
     return name

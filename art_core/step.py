@@ -29,6 +29,7 @@ from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scena
 from art_core.store import ModelRef, ModelStore, file_fingerprint
 
 if TYPE_CHECKING:
+    from art_core.fanout import Replicas
     from art_core.inference.server import VLLMServer
     from art_core.serving import Endpoint
     from art_core.training.config import TrainConfig
@@ -56,42 +57,61 @@ def inputs_key(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str) -> s
 
 
 def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
-                endpoint: "Callable[[int], Endpoint]", *, served_name: "Callable[[Endpoint], str] | None" = None,
-                run: Callable[[Any], Any] | None = None) -> GatherOutcome:  # fmt: skip
+                endpoint: "Callable[[int], Endpoint | list[Endpoint]]", *, served_name: "Callable[[Endpoint], str] | None" = None,
+                run: Callable[[Any], Any] | None = None, sample_step: int | None = None, oldest_reusable: int | None = None,
+                replicas: "Replicas | None" = None) -> GatherOutcome:  # fmt: skip
     """Step `step`'s rollouts: reused from storage when a checkpoint was trained on them or these inputs
     wrote them (a crash between the write and a cache commit must not roll out again); else rolled out.
 
     `endpoint(rank)` is called only when rolling out (a reused step never starts a server), with the LoRA
-    rank of the adapter to serve (the server's max_lora_rank follows it). `served_name`
-    picks the name to sample (default: the step's adapter, loaded); `run` runs a coroutine to completion.
+    rank of the adapter to serve (the server's max_lora_rank follows it); it may return several replicas,
+    over which the rollouts are balanced (on Ray when `replicas.on == "ray"`). `served_name` picks the name
+    to sample (default: the sampled step's adapter, loaded on every replica); `run` runs a coroutine to
+    completion. Asynchronous steps: `sample_step` (default `step`) is the checkpoint sampled from, and
+    stored rollouts sampled from any checkpoint >= `oldest_reusable` are reused as they are.
+    Every group and trajectory records the step it was sampled from (`sampled_step`).
     """
     from art_core.serving import adapter_rank, serve_step
 
     t0 = time.perf_counter()
     store = ref.store()
     uri = store.trajectories("train", step)
+    sampled = step if sample_step is None else sample_step
     key = inputs_key(ref, rollout, step, policy)
     groups = store.read_groups(uri)  # None when missing, or unreadable (named in a warning)
     if groups is not None:
         trained = store.is_complete(step + 1)
-        if trained or all(g.metadata.get("inputs_key") == key for g in groups):
+        fresh_enough = oldest_reusable is not None and all(
+            int(g.metadata.get("sampled_step", step)) >= oldest_reusable for g in groups
+        )  # fmt: skip
+        if trained or fresh_enough or all(g.metadata.get("inputs_key") == key for g in groups):
             log.info("step %d: reusing the rollouts in %s (not rolling out again)", step, uri)
             return GatherOutcome(step=step, uri=uri, fingerprint=file_fingerprint(store.storage, uri), summary=reward_summary(groups),
                                  reused=True, seconds=time.perf_counter() - t0)  # fmt: skip
     env = rollout.load_environment()
-    ep = endpoint(adapter_rank(store, step))
-    name = served_name(ep) if served_name else serve_step(ep, store, ref.base_model, step)
+    found = endpoint(adapter_rank(store, sampled))
+    endpoints = found if isinstance(found, list) else [found]
+    if served_name:
+        name = served_name(endpoints[0])
+    else:
+        name = [serve_step(ep, store, ref.base_model, sampled) for ep in endpoints][0]  # the same name on each
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
-    coro = rollout_groups(env, ep, name, scenarios, rollout.group_size, max_exceptions=rollout.max_exceptions,
-                          sampling=rollout.sampling)  # fmt: skip
-    groups = (run or asyncio.run)(coro)
+    if replicas is not None and replicas.on == "ray":
+        from art_core.fanout import roll_out_on_ray
+
+        groups = roll_out_on_ray(rollout, endpoints, name, scenarios, replicas.ray_address)
+    else:
+        coro = rollout_groups(env, endpoints, name, scenarios, rollout.group_size, max_exceptions=rollout.max_exceptions,
+                              sampling=rollout.sampling)  # fmt: skip
+        groups = (run or asyncio.run)(coro)
     for g in groups:
-        g.metadata["inputs_key"] = key
-        g.metadata["sampled_from"] = name
+        g.metadata.update(inputs_key=key, sampled_from=name, sampled_step=sampled)
+        for t in g.trajectories:
+            t.metadata["sampled_step"] = sampled
     store.write_groups(uri, groups)
     summary = reward_summary(groups)
-    log.info("step %d: %d rollouts of %s, reward %.3f -> %s", step, int(summary["trajectories"]), name,
-             summary["reward"], uri)  # fmt: skip
+    log.info("step %d: %d rollouts of %s on %d replica(s), reward %.3f -> %s", step, int(summary["trajectories"]),
+             name, len(endpoints), summary["reward"], uri)  # fmt: skip
     return GatherOutcome(step=step, uri=uri, fingerprint=file_fingerprint(store.storage, uri), summary=summary, reused=False,
                          seconds=time.perf_counter() - t0)  # fmt: skip
 
@@ -125,9 +145,18 @@ def train_and_record(store: ModelStore, base_model: str, groups: "list[Trajector
         for server in servers:
             server.wake_up()
     # The reward the step was trained on sits next to the trainer's own metrics (loss, grad norm...).
-    metrics = {**reward_summary(groups), **result.metrics}
+    metrics = {**reward_summary(groups), **staleness(groups, step), **result.metrics}
     store.record(result.step, metrics, prefix="train/")
     return TrainResult(step=result.step, metrics=metrics, checkpoint_path=result.checkpoint_path, trained=True)
+
+
+def staleness(groups: "list[TrajectoryGroup]", step: int) -> dict[str, float]:
+    """How many steps older than `step` the checkpoints the groups were sampled from are (mean and max);
+    0 for synchronous steps, up to max_steps_off_policy for asynchronous ones. Empty when unrecorded."""
+    ages = [step - int(g.metadata["sampled_step"]) for g in groups if "sampled_step" in g.metadata]
+    if not ages:
+        return {}
+    return {"staleness": sum(ages) / len(ages), "staleness_max": float(max(ages))}
 
 
 def _release_cuda_cache() -> None:

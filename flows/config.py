@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+
+import httpx
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -100,6 +102,46 @@ class EvalConfig(_Strict):
     )
 
 
+class ScaleConfig(_Strict):
+    """Where a run's work happens beyond this process: rollout replicas, Ray, a GPU work pool, a device queue.
+
+    The defaults are one machine: one vLLM server started in this process, rollouts as asyncio tasks, the
+    trainer in this process, no queue.
+
+        ScaleConfig(replicas=2, rollouts_on="ray")            # two vLLM replicas as Ray actors, rollouts on Ray
+        ScaleConfig(inference_urls=["http://gpu-a:8000/v1", "http://gpu-b:8000/v1"])   # replicas given by URL
+        ScaleConfig(train_deployment="train-step/gpu")        # the train step runs on the GPU work pool
+        ScaleConfig(device_slot="gpu-0")                      # runs naming the same slot queue for it
+    """
+
+    inference_urls: list[str] = Field(
+        default_factory=list,
+        description="More vLLM replicas by base URL, besides inference_url; rollouts are balanced over all of them. "
+        "Each must serve base_model with runtime LoRA loading and load adapters from storage (python -m art_core.replica).",
+    )
+    replicas: int = Field(1, ge=1, le=64, description="vLLM replicas this run starts when no inference URL is given.")
+    rollouts_on: Literal["process", "ray"] = Field(
+        "process", description="'process': rollouts are asyncio tasks of the flow's process; 'ray': Ray tasks, and "
+        "the replicas this run starts are Ray actors (on GPU nodes of the cluster when it has them).",
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join ('auto', 'ray://host:10001'); None starts a local one when needed."
+    )
+    train_deployment: str | None = Field(
+        None, description="Run each train step as a flow run of this Prefect deployment (e.g. 'train-step/gpu', on "
+        "a GPU work pool) and wait for it; None trains in this process. Needs storage every worker reaches (S3).",
+    )
+    device_slot: str | None = Field(
+        None, description="Name of a Prefect global concurrency limit (created with 1 slot if missing) that the run "
+        "holds while it uses the device: runs naming the same slot queue instead of colliding on one GPU.",
+    )
+
+    @field_validator("inference_urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        return [_inference_url(u) for u in v]
+
+
 class RunConfig(_Strict):
     """Parameters of the train flow. Every field has a default in code except what names the run."""
 
@@ -128,6 +170,12 @@ class RunConfig(_Strict):
         description="Base URL of a running vLLM OpenAI server that serves base_model with runtime LoRA loading; "
         "None starts one when the first rollout needs it. Its key comes from ART_INFERENCE_API_KEY.",
     )
+    max_steps_off_policy: int = Field(
+        0, ge=0, le=8, description="Asynchronous steps: gathering for step s+1 overlaps training step s, sampling "
+        "from the newest checkpoint at most this many steps old (the trainer's importance ratio corrects for it). "
+        "0: every step samples from the checkpoint it trains (synchronous).",
+    )
+    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Replicas, Ray, GPU work pool, device queue.")
 
     @field_validator("project")
     @classmethod
@@ -167,9 +215,33 @@ class RunConfig(_Strict):
     @field_validator("inference_url")
     @classmethod
     def _inference(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError(f"inference URL {v!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
-        return v.rstrip("/") if v else v
+        return _inference_url(v) if v is not None else v
+
+    @property
+    def inference_urls(self) -> list[str]:
+        """Every replica given by URL: inference_url first, then scale.inference_urls."""
+        return ([self.inference_url] if self.inference_url else []) + list(self.scale.inference_urls)
+
+    @model_validator(mode="after")
+    def _remote_replicas_need_shared_storage(self) -> "RunConfig":
+        remote = [u for u in self.inference_urls if httpx.URL(u).host not in ("127.0.0.1", "localhost", "::1")]
+        if "://" not in self.storage_url and (self.scale.rollouts_on == "ray" or remote):
+            where = "replicas on Ray" if self.scale.rollouts_on == "ray" else f"the replica at {remote[0]}"
+            raise ValueError(
+                f"{where} fetch each step's adapter from the run's storage, and {self.storage_url!r} is a folder of "
+                "this machine: set storage_url to s3://bucket/prefix (S3, MinIO) that every node can read"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _off_policy_needs_the_samplers_logprobs(self) -> "RunConfig":
+        if self.max_steps_off_policy and self.train.old_logprobs != "sampler":
+            raise ValueError(
+                f"max_steps_off_policy={self.max_steps_off_policy} samples from older checkpoints, and only the "
+                "sampler's logprobs let the importance ratio correct for that: set train.old_logprobs to 'sampler' "
+                "(or max_steps_off_policy to 0)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sampling_defaults_from_the_environment(self) -> "RunConfig":
@@ -236,6 +308,12 @@ class RetrainConfig(_Strict):
     run: RunConfig = Field(description="The original run's settings (model, environment, storage...).")
     extra_steps: int = Field(2, ge=1, description="Steps to train beyond the latest checkpoint, on scenarios not seen yet.")
     min_improvement: float = Field(0.0, ge=0, description="Promote only if the reward beats the promoted step by more than this.")
+
+
+def _inference_url(v: str) -> str:
+    if not v.startswith(("http://", "https://")):
+        raise ValueError(f"inference URL {v!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
+    return v.rstrip("/")
 
 
 def _looks_local(v: str) -> bool:

@@ -10,16 +10,19 @@ trained again, so a crashed or killed run picks up where it stopped.
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
+from art_core.fanout import Replicas
 from art_core.rollouts import RolloutSpec, checkpoint_fingerprint
 from art_core.serving import server_lora_rank
 from art_core.store import ModelRef
 from flows.config import RunConfig
 from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
+from flows.queue import device_slot
 from flows.reporting import publish_run_report
 from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
 
@@ -37,6 +40,10 @@ class TrainSummary(BaseModel):
     # Seconds spent inside each task's body (the art_core calls); a cached task reports its original run's.
     phase_seconds: dict[int, dict[str, float]] = {}
     report_paths: dict[str, str]
+    # Steps whose rollouts were sampled from an older checkpoint (max_steps_off_policy > 0): how much older.
+    staleness: dict[int, float] = {}
+    # With scale.device_slot: seconds waited for the device, and when (epoch seconds) the run held it.
+    device: dict[str, float] = {}
 
 
 def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSpec]:
@@ -67,57 +74,141 @@ def bind_model(ref: ModelRef, config: RunConfig) -> None:
     ref.store().bind(ref.base_model, environment=config.environment.model_dump(), trainable=True)
 
 
+def replicas_of(config: RunConfig) -> Replicas | None:
+    """Where a run's rollouts go when it has more than one replica or runs them on Ray; None: one server,
+    in this process (inference_url, or the process's own), exactly as before replicas existed."""
+    sc = config.scale
+    if len(config.inference_urls) <= 1 and sc.replicas == 1 and sc.rollouts_on == "process":
+        return None
+    return Replicas(urls=tuple(config.inference_urls), count=sc.replicas, on=sc.rollouts_on, ray_address=sc.ray_address)
+
+
 @flow(name="train", log_prints=True)
 def train(config: RunConfig) -> TrainSummary:
-    """Train `config.model` until `config.steps` steps exist; resume whatever is already done."""
+    """Train `config.model` until `config.steps` steps exist; resume whatever is already done.
+
+    With `max_steps_off_policy = k > 0`, the rollouts of the next k steps are gathered while a step trains,
+    each from the newest checkpoint then complete (at most k steps old)."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     ref, rollout = refs(config)
     eval_rollout = refs(config, for_eval=True)[1]
     bind_model(ref, config)  # before any server starts or any task runs
+    if config.scale.train_deployment:
+        from tasks.remote import check_train_deployment
+
+        check_train_deployment(config.scale.train_deployment, config.storage_url)
+    with device_slot(config.scale.device_slot, get_run_logger()) as waited:
+        held_from = time.time()
+        summary = _train(config, ref, rollout, eval_rollout)
+        if config.scale.device_slot:
+            summary.device = {"waited_s": waited, "held_from": held_from, "held_to": time.time()}
+        return summary
+
+
+def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout: RolloutSpec) -> TrainSummary:
     results = result_storage_for(config.storage_url)
     gather = gather_trajectories.with_options(result_storage=results)
     score = score_groups.with_options(result_storage=results)
     evaluate_step = evaluate.with_options(result_storage=results)
     store = ref.store()
     url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
-    n, per_step = config.steps, config.groups_per_step * config.group_size
+    replicas, k = replicas_of(config), config.max_steps_off_policy
+    n = config.steps
     summary = TrainSummary(storage_url=config.storage_url, model_path=store.root, rewards={}, checkpoints={},
                            trained_steps=[], evaluations={}, report_paths={})  # fmt: skip
 
+    def start_gather(step: int):
+        """Submit step `step`'s rollouts: from checkpoint `step` (k = 0), else the newest complete one."""
+        sample = step if not k else max(s for s in [0, *store.checkpoint_steps()] if s <= step)
+        args = (ref, rollout, step, policy_of(ref, sample), url, rank)
+        extra = {} if replicas is None else {"replicas": replicas}
+        if not k:  # synchronous: runs in the flow's thread when its result is asked for
+            return _Done(lambda: gather(*args, **extra)), args, extra
+        extra.update(sample_step=sample, oldest_reusable=max(0, step - k))
+        return gather.submit(*args, **extra), args, extra
+
+    def train_one(step: int, scored_uri: str):
+        if config.scale.train_deployment:
+            from tasks.remote import train_step_remotely
+
+            remote = config.scale.train_deployment, ref, scored_uri, step, config.train
+            return train_step_remotely.submit(*remote) if k else _Done(lambda: train_step_remotely(*remote))
+        if k:  # the servers stay awake: the next steps' rollouts are sampled while this one trains
+            return train_step.submit(ref, scored_uri, step, config.train, url, sleep_servers=False)
+        # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
+        return _Done(lambda: train_step(ref, scored_uri, step, config.train, url, return_state=True).result())
+
+    gathers = {0: start_gather(0)}
+    training = None  # (step, started at, future) of the step being trained
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
         t0 = time.perf_counter()
-        policy = policy_of(ref, step)  # keys the cache on the weights sampled from, not just the step number
-        gathered = gather(ref, rollout, step, policy, url, rank)
+        future, args, extra = gathers.pop(step)
+        gathered = future.result()
         if store.read_groups(gathered.uri) is None:  # the cache outlived its file (deleted, truncated): again
-            gathered = gather.with_options(refresh_cache=True)(ref, rollout, step, policy, url, rank)
+            gathered = gather.with_options(refresh_cache=True)(*args, **extra)
         t1 = time.perf_counter()
         scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
         if store.read_groups(scored.uri) is None:
             scored = score.with_options(refresh_cache=True)(ref, gathered.uri, gathered.fingerprint, step, config.judge)
         t2 = time.perf_counter()
-        # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
-        trained = train_step(ref, scored.uri, step, config.train, url, return_state=True).result()
-        t3 = time.perf_counter()
-        summary.step_seconds[step + 1] = t3 - t0
-        summary.phase_seconds[step + 1] = {"gather": gathered.seconds, "score": scored.seconds, "train": trained.seconds}
-        summary.rewards[step + 1] = scored.summary["reward"]
-        summary.checkpoints[trained.step] = trained.checkpoint_uri
-        if trained.trained:
-            summary.trained_steps.append(trained.step)
-        print(
-            f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
-            f"reward {scored.summary['reward']:.3f}; gather {t1 - t0:.1f}s, score {t2 - t1:.1f}s, "
-            f"train {t3 - t2:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
-        )
-        if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
-            e = config.eval
-            report = evaluate_step(ref, eval_rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
-                                   e.trials, e.success_threshold, url, rank)  # fmt: skip
-            if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
-                store.write_eval(trained.step, report.model_dump(mode="json"))
-            summary.evaluations[trained.step] = report.reward
-            print(f"  eval step {trained.step} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
+        if training is not None:  # checkpoint `step` must exist before step `step` trains from it
+            _finish(config, ref, summary, *training, eval_rollout, evaluate_step, url, rank)
+        training = (step, t0, t1 - t0, t2 - t1, gathered, scored, train_one(step, scored.uri))
+        if k:  # the next k steps' rollouts are gathered while this step trains
+            for later in range(step + 1, min(n, step + 1 + k)):
+                if later not in gathers:
+                    gathers[later] = start_gather(later)
+        elif step + 1 < n:
+            _finish(config, ref, summary, *training, eval_rollout, evaluate_step, url, rank)
+            training = None
+            gathers[step + 1] = start_gather(step + 1)
+    if training is not None:
+        _finish(config, ref, summary, *training, eval_rollout, evaluate_step, url, rank)
 
     summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
     return summary
+
+
+class _Done:
+    """A task run of a synchronous step, shaped like a future: it runs in the flow's thread, once, when
+    its result is first asked for."""
+
+    def __init__(self, run: Callable[[], Any]) -> None:
+        self.run, self.value, self.done = run, None, False
+
+    def result(self) -> Any:
+        if not self.done:
+            self.value, self.done = self.run(), True
+        return self.value
+
+
+def _finish(config: RunConfig, ref: ModelRef, summary: TrainSummary, step: int, t0: float, gather_s: float,
+            score_s: float, gathered, scored, future, eval_rollout, evaluate_step, url, rank) -> None:  # fmt: skip
+    """Wait for step `step`'s training, record it in the summary, print its line, evaluate when due."""
+    n, per_step = config.steps, config.groups_per_step * config.group_size
+    trained = future.result()
+    t3 = time.perf_counter()
+    summary.step_seconds[step + 1] = t3 - t0
+    summary.phase_seconds[step + 1] = {"gather": gathered.seconds, "score": scored.seconds, "train": trained.seconds}
+    summary.rewards[step + 1] = scored.summary["reward"]
+    summary.checkpoints[trained.step] = trained.checkpoint_uri
+    if trained.trained:
+        summary.trained_steps.append(trained.step)
+    age = trained.metrics.get("staleness")
+    if age is not None:
+        summary.staleness[step + 1] = age
+    print(
+        f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
+        f"reward {scored.summary['reward']:.3f}; gather {gather_s:.1f}s, score {score_s:.1f}s, "
+        f"train {trained.seconds:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
+        + (f", sampled {age:g} step(s) behind" if age else "")
+    )
+    if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
+        e, store = config.eval, ref.store()
+        report = evaluate_step(ref, eval_rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
+                               e.trials, e.success_threshold, url, rank)  # fmt: skip
+        if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
+            store.write_eval(trained.step, report.model_dump(mode="json"))
+        summary.evaluations[trained.step] = report.reward
+        print(f"  eval step {trained.step} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
+from art_core.fanout import Replicas
 from art_core.rollouts import RolloutSpec
 from art_core.serving import endpoint_for
 from art_core.step import GatherOutcome, gather_step
@@ -23,16 +24,25 @@ from tasks.results import cached_on, step_run_name
 
 
 @task(name="gather_trajectories", task_run_name=step_run_name("gather"),
-      cache_policy=cached_on("inference_url", "max_lora_rank"), persist_result=True)  # fmt: skip
+      cache_policy=cached_on("inference_url", "max_lora_rank", "replicas", "oldest_reusable"), persist_result=True)  # fmt: skip
 def gather_trajectories(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, inference_url: str | None = None,
-                        max_lora_rank: int = 8) -> GatherOutcome:  # fmt: skip
-    """Roll out `groups_per_step` scenarios `group_size` times each with the model at checkpoint `step`.
+                        max_lora_rank: int = 8, replicas: Replicas | None = None, sample_step: int | None = None,
+                        oldest_reusable: int | None = None) -> GatherOutcome:  # fmt: skip
+    """Roll out `groups_per_step` scenarios `group_size` times each with the model at checkpoint `step`
+    (or `sample_step`, for asynchronous steps), over every replica of `replicas` when given.
 
-    `policy` is the checkpoint's fingerprint (art_core.rollouts.checkpoint_fingerprint): it is only here
-    so that the cache key changes when the weights do.
+    `policy` is the sampled checkpoint's fingerprint (art_core.rollouts.checkpoint_fingerprint): it is
+    only here so that the cache key changes when the weights do.
     """
-    outcome = gather_step(ref, rollout, step, policy, run=run_sync,
-                          endpoint=lambda rank: endpoint_for(ref.base_model, inference_url, max_lora_rank=max(rank, max_lora_rank)))  # fmt: skip
+
+    def endpoints(rank: int):
+        rank = max(rank, max_lora_rank)
+        if replicas is not None:
+            return replicas.endpoints(ref.base_model, max_lora_rank=rank)
+        return endpoint_for(ref.base_model, inference_url, max_lora_rank=rank)
+
+    outcome = gather_step(ref, rollout, step, policy, run=run_sync, endpoint=endpoints, sample_step=sample_step,
+                          oldest_reusable=oldest_reusable, replicas=replicas)  # fmt: skip
     get_run_logger().info("checkpoint %d: %s %d rollouts, reward %.3f -> %s", step,
                           "reused" if outcome.reused else "rolled out", int(outcome.summary["trajectories"]),
                           outcome.summary["reward"], outcome.uri)  # fmt: skip

@@ -75,3 +75,25 @@ def vllm_endpoint(vllm_server) -> VLLMEndpoint:
     """The session server's endpoint (restarted first if an earlier test killed it)."""
     vllm_server.ensure_running()
     return VLLMEndpoint(base_url=vllm_server.base_url, api_key=vllm_server.api_key, model=vllm_server.served_model_name)
+
+
+@pytest.fixture
+def moto_s3(monkeypatch) -> str:
+    """A moto S3 server on loopback with a fresh bucket, the AWS variables pointing at it for this test;
+    returns s3://bucket/runs."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="runs")
+    yield "s3://runs/art"
+    server.stop()

@@ -30,6 +30,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 SAMPLING_PATHS = ("/v1/chat/completions", "/v1/completions")
+LOAD_ADAPTER_PATH = "/v1/load_lora_adapter"
 
 
 def with_logprobs(body: bytes, path: str) -> bytes | None:
@@ -97,6 +98,30 @@ def rewrite_unknown_model(body: bytes, names: list[str]) -> bytes | None:
     return json.dumps(payload).encode()
 
 
+async def with_fetched_adapter(body: bytes) -> bytes | None:
+    """A load_lora_adapter body whose `lora_path` names storage (s3://...) or the zero adapter, rewritten to
+    a local copy fetched here (art_core.serving.fetch_adapter); None when it already names a local folder.
+
+    This is how a replica on another machine gets adapters: through the run's storage, never a local path
+    of the trainer's machine. The base model (for the zero adapter) is ART_BASE_MODEL, set by VLLMServer.
+    """
+    import asyncio
+    import os
+
+    from art_core.serving import ZERO_ADAPTER_SOURCE, fetch_adapter
+
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    source = payload.get("lora_path") if isinstance(payload, dict) else None
+    if not isinstance(source, str) or not ("://" in source or source == ZERO_ADAPTER_SOURCE):
+        return None
+    base_model = os.environ.get("ART_BASE_MODEL", "")
+    payload["lora_path"] = await asyncio.to_thread(fetch_adapter, source, base_model)
+    return json.dumps(payload).encode()
+
+
 class ServerDefaults:
     """Pure ASGI middleware: logprobs on sampling requests; the unknown-model 404 lists served names."""
 
@@ -109,6 +134,12 @@ class ServerDefaults:
             return
         if scope.get("method") == "POST" and scope.get("path", "").endswith(SAMPLING_PATHS):
             scope, receive = await self._ask_for_logprobs(scope, receive)
+        elif scope.get("method") == "POST" and scope.get("path", "").endswith(LOAD_ADAPTER_PATH):
+            try:
+                scope, receive = await self._fetch_adapter(scope, receive)
+            except Exception as e:  # say why in the response, as vLLM's own refusals do
+                await _error(send, 400, f"could not fetch the adapter from storage: {type(e).__name__}: {e}")
+                return
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -138,17 +169,33 @@ class ServerDefaults:
     @staticmethod
     async def _ask_for_logprobs(scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
         body, others = await _read_body(receive)
-        new = with_logprobs(body, scope["path"])
-        if new is not None:
-            body = new
-            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
-            scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-        replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}, *others]
+        return _replay(scope, receive, body, with_logprobs(body, scope["path"]), others)
 
-        async def replayed() -> Message:
-            return replay.pop(0) if replay else await receive()
+    @staticmethod
+    async def _fetch_adapter(scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+        body, others = await _read_body(receive)
+        return _replay(scope, receive, body, await with_fetched_adapter(body), others)
 
-        return scope, replayed
+
+def _replay(scope: Scope, receive: Receive, body: bytes, new: bytes | None, others: list[Message]) -> tuple[Scope, Receive]:
+    """The request again, with its body replaced by `new` when given (content-length follows)."""
+    if new is not None:
+        body = new
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+    replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}, *others]
+
+    async def replayed() -> Message:
+        return replay.pop(0) if replay else await receive()
+
+    return scope, replayed
+
+
+async def _error(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 # The name server.py loads with --middleware.

@@ -214,6 +214,7 @@ class VLLMServer:
             TOKENIZERS_PARALLELISM="false",
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
+            ART_BASE_MODEL=self.config.model,  # the middleware builds the zero adapter for replicas from it
         )
         # The middleware is imported by the server: make this checkout importable even when not installed.
         repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

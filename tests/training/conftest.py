@@ -23,21 +23,6 @@ def fresh_trainer():
 
 
 @pytest.fixture
-def s3_root(monkeypatch) -> str:
+def s3_root(moto_s3) -> str:
     """A moto S3 server on loopback with a fresh bucket; the AWS variables point at it. Returns s3://bucket/art."""
-    import logging
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="trainer")
-    yield "s3://trainer/art"
-    server.stop()
+    return moto_s3

