@@ -181,8 +181,9 @@ def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(pr
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     judge = {"model": "hosted_vllm/judge", "api_base": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5}
+    # Free-text moves, so a group's rollouts differ: RULER asks no judge about a group of identical ones.
     cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_endpoint.base_url, name="judged", judge=judge, steps=1,
-                     eval_every=0)  # fmt: skip
+                     eval_every=0, environment={"name": "tic-tac-toe"})  # fmt: skip
     with pytest.raises(JudgeError) as e:
         run_flow(cfg)
     message = str(e.value)
