@@ -3,7 +3,14 @@
 # a suite that silently runs nothing must not pass.
 set -u
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist), a test file per worker at a time: much of the suite waits on vLLM and Prefect
+# servers starting and answering, so two files at once use the 2 cores that one leaves idle.
+# PYTEST_WORKERS=0 runs in one process. Each worker's torch (the trainer) gets one thread: two workers
+# with two threads each, next to the vLLM servers, oversubscribe the 2 cores and a 14 s trainer test took 366 s.
+if [ "${PYTEST_WORKERS:-2}" != "0" ]; then
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+fi
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing on purpose" >&2
