@@ -33,9 +33,10 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(p
     _cli(["work-pool", "create", "art-gpu", "--type", "process", "--overwrite"], env)  # the train-step deployment's
     _cli(["deploy", "--all", "--prefect-file", "deployments/prefect.yaml"], env)
 
-    with get_client(sync_client=True) as client:
-        deployments = {d.name: d for d in client.read_deployments()}
-    assert {"train", "evaluate", "deploy", "retrain-nightly", "gpu"} <= set(deployments)
+    with get_client(sync_client=True) as client:  # the session's server: other tests' deployments are left out
+        ours = {"train", "evaluate", "deploy", "retrain-nightly", "gpu"}
+        deployments = {d.name: d for d in client.read_deployments() if d.name in ours}
+    assert set(deployments) == ours
     nightly = deployments["retrain-nightly"]
     assert [(s.schedule.cron, s.active) for s in nightly.schedules] == [("0 3 * * *", False)]  # paused until asked
     assert {n: d.work_pool_name for n, d in deployments.items() if d.work_pool_name != "art-process"} == {"gpu": "art-gpu"}

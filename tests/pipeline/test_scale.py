@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import httpx
 import pytest
@@ -108,21 +109,34 @@ def test_one_step_off_policy_overlaps_and_stays_within_one_step(prefect_api, tin
 def test_two_runs_on_one_device_slot_queue(prefect_api, tiny_model_path, tmp_path, session_server):
     from flows.train import train
 
+    from flows.queue import _holders
+
     slot = f"device-{tmp_path.name}"
     summaries = {}
 
-    def run(name: str) -> None:
-        cfg = config(tiny_model_path, str(tmp_path), name, inference_url=session_server, steps=1,
+    def run(name: str, steps: int) -> None:
+        cfg = config(tiny_model_path, str(tmp_path), name, inference_url=session_server, steps=steps,
                      scale={"device_slot": slot})  # fmt: skip
         summaries[name] = train(cfg)
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in ("first", "second")]
-    for t in threads:
-        t.start()
-    for t in threads:
+    first = threading.Thread(target=run, args=("first", 2))
+    first.start()
+    deadline = time.monotonic() + 300
+    while not _slot_taken(slot, _holders) and first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    second = threading.Thread(target=run, args=("second", 1))  # asks while the first holds the device
+    second.start()
+    for t in (first, second):
         t.join(timeout=600)
     assert set(summaries) == {"first", "second"}, "both runs finished"
-    assert all(s.trained_steps == [1] for s in summaries.values())
-    early, late = sorted((s.device for s in summaries.values()), key=lambda d: d["held_from"])
+    assert summaries["first"].trained_steps == [1, 2] and summaries["second"].trained_steps == [1]
+    early, late = summaries["first"].device, summaries["second"].device
     assert late["held_from"] >= early["held_to"], "the runs held the device at the same time"
     assert late["waited_s"] > 1.0, "the later run did not wait for the device"
+
+
+def _slot_taken(slot: str, holders) -> bool:
+    try:
+        return holders(slot) >= 1
+    except Exception:  # the limit is created by the first run
+        return False
