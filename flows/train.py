@@ -42,6 +42,8 @@ class TrainSummary(BaseModel):
     report_paths: dict[str, str]
     # Steps whose rollouts were sampled from an older checkpoint (max_steps_off_policy > 0): how much older.
     staleness: dict[int, float] = {}
+    # When (epoch seconds) each step's training finished: steps per second of a run, overlapping or not.
+    step_done_at: dict[int, float] = {}
     # With scale.device_slot: seconds waited for the device, and when (epoch seconds) the run held it.
     device: dict[str, float] = {}
 
@@ -191,6 +193,7 @@ def _finish(config: RunConfig, ref: ModelRef, summary: TrainSummary, step: int, 
     n, per_step = config.steps, config.groups_per_step * config.group_size
     trained = future.result()
     t3 = time.perf_counter()
+    summary.step_done_at[step + 1] = time.time()
     summary.step_seconds[step + 1] = t3 - t0
     summary.phase_seconds[step + 1] = {"gather": gathered.seconds, "score": scored.seconds, "train": trained.seconds}
     summary.rewards[step + 1] = scored.summary["reward"]
