@@ -26,21 +26,18 @@ import sys
 import threading
 from typing import Any
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
 def start_replica(base_model: str, *, host: str = "127.0.0.1", port: int = 0, max_lora_rank: int = 8,
                   api_key: str | None = None, **overrides: Any):  # fmt: skip
     """Start a replica and wait until it answers; returns the started VLLMServer.
 
     A host other than loopback needs an API key: a replica open to the network without one is refused.
     """
-    from art_core.inference.server import VLLMServer
+    from art_core.inference.server import LOOPBACK_HOSTS, VLLMServer
     from art_core.serving import server_config
 
-    if host not in LOOPBACK and not api_key:
+    if host not in LOOPBACK_HOSTS and not api_key:
         raise ValueError(f"a replica listening on {host} must have an API key: set ART_INFERENCE_API_KEY")
-    fields = {"host": host, "port": port, "api_key": api_key, "allow_remote": host not in LOOPBACK, **overrides}
+    fields = {"host": host, "port": port, "api_key": api_key, "allow_remote": host not in LOOPBACK_HOSTS, **overrides}
     server = VLLMServer(server_config(base_model, max_lora_rank=max_lora_rank, overrides=fields))
     return server.start()
 
@@ -57,15 +54,10 @@ class ReplicaActor:
         return self.server.base_url, self.server.served_model_name
 
     def widen(self, max_lora_rank: int) -> tuple[str, str]:
-        """Restart with a larger --max-lora-rank when adapters of `max_lora_rank` do not fit (same port, key)."""
-        from art_core.serving import server_lora_rank
+        """Restart wider when adapters of `max_lora_rank` do not fit, or restart if it died (same port, key)."""
+        from art_core.serving import keep_serving
 
-        needed = server_lora_rank(max_lora_rank)
-        if self.server.config.max_lora_rank < needed:
-            self.server.config = self.server.config.model_copy(update={"max_lora_rank": needed})
-            self.server.restart()
-        elif not self.server.is_alive():
-            self.server.ensure_running()
+        keep_serving(self.server, max_lora_rank)
         return self.address()
 
     def stop(self) -> None:

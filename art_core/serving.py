@@ -84,9 +84,8 @@ class Endpoint(BaseModel):
     shares_files: bool = True
 
     @classmethod
-    def of(cls, server: "VLLMServer", shares_files: bool = True) -> "Endpoint":
-        return cls(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name,
-                   shares_files=shares_files)  # fmt: skip
+    def of(cls, server: "VLLMServer") -> "Endpoint":
+        return cls(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name)
 
     def client(self, **kwargs: Any):
         """An `openai.AsyncOpenAI` for this server (no retries: a dead server must show, not stall)."""
@@ -102,6 +101,17 @@ class Endpoint(BaseModel):
     @property
     def root_url(self) -> str:
         return self.base_url.rstrip("/").removesuffix("/v1")
+
+
+def on_this_machine(url: str) -> bool:
+    """True when `url`'s host is loopback: the server there reads this machine's files.
+
+    >>> on_this_machine("http://127.0.0.1:8000/v1"), on_this_machine("http://gpu-node:8000/v1")
+    (True, False)
+    """
+    from art_core.inference.server import LOOPBACK_HOSTS
+
+    return httpx.URL(url).host in LOOPBACK_HOSTS
 
 
 def discover_endpoint(base_url: str, api_key: str | None = None) -> Endpoint:
@@ -121,9 +131,8 @@ def discover_endpoint(base_url: str, api_key: str | None = None) -> Endpoint:
     bases = [m["id"] for m in r.json()["data"] if not m.get("parent")]
     if not bases:
         raise RuntimeError(f"inference server {base_url} lists no base model in /v1/models")
-    host = httpx.URL(base_url).host
     return Endpoint(base_url=base_url.rstrip("/"), api_key=api_key, base_name=bases[0],
-                    shares_files=host in ("127.0.0.1", "localhost", "::1"))  # fmt: skip
+                    shares_files=on_this_machine(base_url))  # fmt: skip
 
 
 # ---- servers ---------------------------------------------------------------------------------------
@@ -196,16 +205,7 @@ class ServerPool:
                 log.info("started a vLLM server for %s at %s (pid %s, log %s)", base_model, server.base_url,
                          server.pid, server.log_path)  # fmt: skip
                 return server
-            needed = server_lora_rank(max_lora_rank)
-            if server.config.enable_lora and server.config.max_lora_rank < needed:
-                log.warning("restarting the vLLM server at %s with max_lora_rank %d (was %d) for LoRA rank %d",
-                            server.base_url, needed, server.config.max_lora_rank, max_lora_rank)  # fmt: skip
-                server.config = server.config.model_copy(update={"max_lora_rank": needed})
-                server.restart()  # same port and key; callers reload adapters (server.restarts changed)
-            elif not server.is_alive():
-                log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
-                server.ensure_running()
-            return server
+            return keep_serving(server, max_lora_rank)
 
     def close(self) -> None:
         """Stop the servers this pool started (adopted ones keep running)."""
@@ -215,6 +215,21 @@ class ServerPool:
                     server.stop()
                     self._owned.discard(id(server))
                 del self._servers[key]
+
+
+def keep_serving(server: "VLLMServer", max_lora_rank: int) -> "VLLMServer":
+    """`server`, restarted wider when adapters of `max_lora_rank` exceed its --max-lora-rank, or restarted
+    when it died (same port and key both ways; callers reload adapters, `server.restarts` changed)."""
+    needed = server_lora_rank(max_lora_rank)
+    if server.config.enable_lora and server.config.max_lora_rank < needed:
+        log.warning("restarting the vLLM server at %s with max_lora_rank %d (was %d) for LoRA rank %d",
+                    server.base_url, needed, server.config.max_lora_rank, max_lora_rank)  # fmt: skip
+        server.config = server.config.model_copy(update={"max_lora_rank": needed})
+        server.restart()
+    elif not server.is_alive():
+        log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
+        server.ensure_running()
+    return server
 
 
 PROCESS_POOL = ServerPool()  # the Prefect tasks' servers: one per base model per worker process

@@ -94,7 +94,8 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
     if served_name:
         name = served_name(endpoints[0])
     else:
-        name = [serve_step(ep, store, ref.base_model, sampled) for ep in endpoints][0]  # the same name on each
+        for ep in endpoints:  # every replica serves the step under the same name
+            name = serve_step(ep, store, ref.base_model, sampled)
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
     if replicas is not None and replicas.on == "ray":
         from art_core.fanout import roll_out_on_ray

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-
-import httpx
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from art_core.envs import SHIPPED
 from art_core.rewards.config import JudgeConfig
+from art_core.serving import on_this_machine
 from art_core.settings import get_settings
 from art_core.storage import validate_name
 from art_core.training.config import TrainConfig
@@ -224,7 +223,7 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _remote_replicas_need_shared_storage(self) -> "RunConfig":
-        remote = [u for u in self.inference_urls if httpx.URL(u).host not in ("127.0.0.1", "localhost", "::1")]
+        remote = [u for u in self.inference_urls if not on_this_machine(u)]
         if "://" not in self.storage_url and (self.scale.rollouts_on == "ray" or remote):
             where = "replicas on Ray" if self.scale.rollouts_on == "ray" else f"the replica at {remote[0]}"
             raise ValueError(

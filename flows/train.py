@@ -144,7 +144,7 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
         return _Done(lambda: train_step(ref, scored_uri, step, config.train, url, return_state=True).result())
 
     gathers = {0: start_gather(0)}
-    training = None  # (step, started at, future) of the step being trained
+    training = None  # what _finish needs of the step being trained: its step, timings, outcomes and future
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
         t0 = time.perf_counter()
         future, args, extra = gathers.pop(step)

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.processes import group_members, guard, parent_death_preexec, release
 
 MIDDLEWARE = "art_core.inference.middleware.ServedNamesOn404"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # hosts only this machine reaches
 
 
 class ServerError(RuntimeError):
@@ -136,7 +137,7 @@ class VLLMServer:
     """One vLLM OpenAI server process that we own by its process id (and its process group)."""
 
     def __init__(self, config: ServerConfig) -> None:
-        if config.host not in ("127.0.0.1", "localhost", "::1") and not config.allow_remote:
+        if config.host not in LOOPBACK_HOSTS and not config.allow_remote:
             raise ValueError(
                 f"refusing to bind {config.host!r}: the server would be reachable from other machines. "
                 "Pass allow_remote=True (and keep an API key) if that is what you want."
