@@ -221,10 +221,19 @@ async def gather_trajectory_groups(
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        _close_unstarted(pending)
         raise
     finally:
         progress.close()
     return [g for gs in finished for g in gs if g is not None]
+
+
+def _close_unstarted(pending: list[Any]) -> None:
+    """Close the rollouts a failed gather never started, so Python does not warn they were never awaited."""
+    for p in pending:
+        for aw in p.awaitables if isinstance(p, PendingGroup) else [p]:
+            if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
+                aw.close()
 
 
 async def gather_trajectories(

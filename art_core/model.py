@@ -85,16 +85,15 @@ class Model(BaseModel, Generic[ConfigT]):
         return self._backend
 
     def openai_client(self, **kwargs: Any) -> "openai.AsyncOpenAI":
-        """An `openai.AsyncOpenAI` pointed at this model's endpoint."""
-        import openai
+        """An `openai.AsyncOpenAI` pointed at this model's endpoint (no retries: our callers decide)."""
+        from art_core.inference.server import openai_client
 
         if not self.inference_base_url:
             raise RuntimeError(
                 f"model {self.name!r} has no endpoint yet: register it with a backend, or set inference_base_url"
             )
         kwargs.setdefault("timeout", 1200)
-        kwargs.setdefault("max_retries", 0)  # retries would hide a dead server; our callers decide
-        return openai.AsyncOpenAI(base_url=self.inference_base_url, api_key=self.inference_api_key or "none", **kwargs)
+        return openai_client(self.inference_base_url, self.inference_api_key, **kwargs)
 
     def get_inference_name(self, step: int | None = None) -> str:
         """The name to pass as `model=` in chat calls."""

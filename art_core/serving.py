@@ -89,11 +89,10 @@ class Endpoint(BaseModel):
 
     def client(self, **kwargs: Any):
         """An `openai.AsyncOpenAI` for this server (no retries: a dead server must show, not stall)."""
-        import openai
+        from art_core.inference.server import openai_client
 
         kwargs.setdefault("timeout", 600)
-        kwargs.setdefault("max_retries", 0)
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "none", **kwargs)
+        return openai_client(self.base_url, self.api_key, **kwargs)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

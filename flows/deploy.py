@@ -75,8 +75,8 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
 
 async def _ask(base_url: str, api_key: str | None, model: str) -> str:
     """One short chat call: the endpoint is only reported once it has answered."""
-    import openai
+    from art_core.inference.server import openai_client
 
-    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", max_retries=0) as client:
+    async with openai_client(base_url, api_key) as client:
         r = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8)
     return r.choices[0].message.content or ""

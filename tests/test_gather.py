@@ -55,6 +55,16 @@ async def test_too_many_failures_raise_with_the_first_traceback():
     assert isinstance(info.value.__cause__, ValueError)
 
 
+async def test_rollouts_a_failed_gather_never_started_are_closed_quietly():
+    """Otherwise Python warns "coroutine ... was never awaited" for each one, long after the failure."""
+    import inspect
+
+    waiting = [rollout(float(i)) for i in range(5)]
+    with pytest.raises(TooManyExceptions):
+        await gather_trajectory_groups([[rollout(0.0, fail=True)], waiting], max_concurrent=1, pbar_desc=None)
+    assert {inspect.getcoroutinestate(c) for c in waiting} == {inspect.CORO_CLOSED}
+
+
 async def test_fractional_max_exceptions_counts_a_share_of_all_rollouts():
     groups = [[rollout(float(i), fail=(i == 0)) for i in range(10)]]
     out = await gather_trajectory_groups(groups, max_exceptions=0.1, pbar_desc=None)

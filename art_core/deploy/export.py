@@ -22,8 +22,11 @@ _STATE_PREFIXES = ("optimizer", "scheduler", "rng_state", "trainer_state", "trai
 
 
 def model_card(*, project: str, name: str, step: int, base_model: str, metrics: dict[str, Any],
-               evals: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
+               evals: list[dict[str, Any]] | None = None, lora_rank: int = 8) -> str:  # fmt: skip
     """The README.md that goes with an exported adapter: what it is, how it was measured, how to serve it."""
+    from art_core.inference.server import SERVER_KEEP_ALIVE_S
+    from art_core.serving import server_lora_rank
+
     lines = [
         f"# {name} (step {step})",
         "",
@@ -45,8 +48,9 @@ def model_card(*, project: str, name: str, step: int, base_model: str, metrics: 
         "## Serve it",
         "",
         "```bash",
-        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True python -m vllm.entrypoints.openai.api_server \\",
-        f"  --model {base_model} --enable-lora --max-lora-rank 8 --lora-modules {name}=<this folder>",
+        f"VLLM_HTTP_TIMEOUT_KEEP_ALIVE={SERVER_KEEP_ALIVE_S} python -m vllm.entrypoints.openai.api_server \\",
+        f"  --model {base_model} --enable-lora --max-lora-rank {server_lora_rank(lora_rank)} "
+        f"--lora-modules {name}=<this folder>",
         "```",
         "",
         f'then call it with the `openai` SDK as `model="{name}"`, or run '
@@ -82,7 +86,9 @@ def export_adapter(storage: Storage, project: str, name: str, step: int, base_mo
     metrics = store.step_metrics(step, prefix="")
     metrics = {k: v for k, v in metrics.items() if "/" in k}
     evals = [ev] if (ev := store.read_eval(step)) else []
-    card = model_card(project=project, name=name, step=step, base_model=base_model, metrics=metrics, evals=evals)
+    rank = int(json.loads(storage.read_text(f"{dest}/adapter_config.json")).get("r", 8))
+    card = model_card(project=project, name=name, step=step, base_model=base_model, metrics=metrics, evals=evals,
+                      lora_rank=rank)  # fmt: skip
     storage.write_text(f"{dest}/README.md", card)
     storage.write_text(f"{dest}/export.json", json.dumps(
         {"project": project, "model": name, "step": step, "base_model": base_model, "files": sorted(copied)}, indent=2))

@@ -47,6 +47,26 @@ from art_core.processes import group_members, guard, parent_death_preexec, relea
 MIDDLEWARE = "art_core.inference.middleware.ServedNamesOn404"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # hosts only this machine reaches
 
+# vLLM's HTTP server closes a connection idle for 5 s, and httpx (inside the openai client) reuses one
+# for up to 5 s: a request sent at that instant meets a socket the server is closing ("Server
+# disconnected without sending a response", raised as openai.APIConnectionError). It failed one demo
+# evaluation rollout in CI. Servers we start keep idle connections well past any client's pool, and
+# our clients let theirs go before a stock vLLM server (one we did not start) closes them.
+SERVER_KEEP_ALIVE_S = 75
+CLIENT_KEEP_ALIVE_S = 3.0
+
+
+def openai_client(base_url: str, api_key: str | None, **kwargs: Any):
+    """An `openai.AsyncOpenAI` for a vLLM server: no retries (a dead server must show, not stall), and a
+    connection pool that drops idle connections before the server does (see CLIENT_KEEP_ALIVE_S)."""
+    import openai
+
+    kwargs.setdefault("max_retries", 0)
+    if "http_client" not in kwargs:
+        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=CLIENT_KEEP_ALIVE_S)
+        kwargs["http_client"] = openai.DefaultAsyncHttpxClient(limits=limits)
+    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", **kwargs)
+
 
 class ServerError(RuntimeError):
     """The vLLM server failed to start, died, or refused an admin call. The message carries its log's tail."""
@@ -220,6 +240,7 @@ class VLLMServer:
         # The middleware is imported by the server: make this checkout importable even when not installed.
         repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+        env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", str(SERVER_KEEP_ALIVE_S))
         if self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.cpu_kvcache_space_gib))
             # The model runs in the engine process instead of a third process that imports vLLM and torch

@@ -119,6 +119,19 @@ async def test_32_concurrent_tool_chats_carry_logprobs_and_token_ids(served):
             assert call.name == "get_order" and json.loads(call.arguments)["order_id"] in ("1234", "5678")
 
 
+def test_an_idle_connection_stays_open_longer_than_client_pools_keep_one(served, vllm_server):
+    """vLLM's default closes a connection idle for 5 s, the moment httpx (the openai SDK) may reuse it: a
+    request sent then fails with APIConnectionError. Our servers keep idle connections past that."""
+    import socket
+    import time
+
+    with socket.create_connection((vllm_server.config.host, vllm_server.port), timeout=30) as sock:
+        for wait in (6, 0):
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: server\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200"), "the server closed a connection idle for 6 s"
+            time.sleep(wait)
+
+
 async def test_structured_outputs_pass_through_an_adapter_name(served):
     _, model = served
     client = model.openai_client()

@@ -211,3 +211,48 @@ def test_zero_adapter_matches_the_model_shapes(tiny_model_path, tmp_path):
     assert a.shape == (1, hidden) and b.shape == (hidden, 1) and not b.any()
     with pytest.raises(FileNotFoundError, match="safetensors"):
         write_zero_adapter(str(tmp_path), str(tmp_path / "z2"))
+
+
+async def test_our_client_lets_idle_connections_go_before_a_stock_vllm_server_closes_them():
+    """A server we did not start closes idle connections after vLLM's default 5 s; the openai SDK's pool
+    reuses them for 5 s, so a reuse can race the close. Our client lets a connection go sooner."""
+    import asyncio
+    import threading
+
+    import openai
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from art_core.inference.server import CLIENT_KEEP_ALIVE_S, _free_port, openai_client
+
+    seen: list[int] = []
+
+    async def models(request):
+        seen.append(request.client.port)  # one client port per TCP connection
+        return JSONResponse({"object": "list", "data": []})
+
+    port = _free_port("127.0.0.1")
+    app = Starlette(routes=[Route("/v1/models", models)])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, timeout_keep_alive=5, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            await asyncio.sleep(0.05)
+
+        async def connections(client) -> int:
+            seen.clear()
+            async with client:
+                await client.models.list()
+                await asyncio.sleep(CLIENT_KEEP_ALIVE_S + 0.5)
+                await client.models.list()
+            return len(set(seen))
+
+        url = f"http://127.0.0.1:{port}/v1"
+        assert await connections(openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0)) == 1  # the stock pool reuses
+        assert await connections(openai_client(url, "k")) == 2
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -292,10 +292,13 @@ def test_deploy_flow_exports_adapter_with_model_card(trained):
     files = {k.rsplit("/", 1)[-1] for k in s3_objects(summary.export_uri)}
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "export.json", "COMPLETE"} <= files
     assert not any(f.startswith("optimizer") for f in files), "trainer state must not ship with the adapter"
+    from art_core.serving import server_lora_rank
     from art_core.storage import Storage
 
     card = Storage(cfg.storage_url).read_text(f"{summary.export_uri}/README.md")
     assert "agent (step 3)" in card and "train/reward" in card and "--lora-modules agent=" in card
+    rank = json.loads(Storage(cfg.storage_url).read_text(f"{summary.export_uri}/adapter_config.json"))["r"]
+    assert f"--max-lora-rank {server_lora_rank(rank)} " in card, "the card's command must serve this adapter's rank"
     assert "--step 3" in summary.serve_command
 
 
