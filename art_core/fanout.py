@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.serving import Endpoint, ServerPool, discover_endpoint, server_lora_rank
+from art_core.serving import Endpoint, ServerPool, discover_endpoint
 
 if TYPE_CHECKING:
     from art_core.envs.base import Environment, Scenario
@@ -153,7 +153,7 @@ class RayReplicaPool:
                 actor = self._actors.get((base_model, i))
                 if actor is None:
                     actor = ray.remote(ReplicaActor).options(num_cpus=0, num_gpus=gpus, max_concurrency=2).remote(
-                        base_model, server_lora_rank(max_lora_rank), overrides)  # fmt: skip
+                        base_model, max_lora_rank, overrides)  # fmt: skip
                     self._actors[(base_model, i)] = actor
                 calls.append(actor.widen.remote(max_lora_rank))
             addresses = ray.get(calls)

@@ -26,6 +26,7 @@ import sys
 import threading
 from typing import Any
 
+
 def start_replica(base_model: str, *, host: str = "127.0.0.1", port: int = 0, max_lora_rank: int = 8,
                   api_key: str | None = None, **overrides: Any):  # fmt: skip
     """Start a replica and wait until it answers; returns the started VLLMServer.

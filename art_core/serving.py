@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
@@ -301,8 +302,8 @@ def _local_copy(storage: Any, uri: str, cache: str | None = None) -> str:
         storage.get_dir(uri, tmp)
         try:
             os.replace(tmp, local)
-        except OSError:  # another process won the race; its copy is the same
-            pass
+        except OSError:  # another process won the race; its copy is the same, ours goes
+            shutil.rmtree(tmp, ignore_errors=True)
     return local
 
 

@@ -128,12 +128,9 @@ def train_and_record(store: ModelStore, base_model: str, groups: "list[Trajector
     """
     from art_core.training.trainer import train_step
 
-    target = step + 1
-    if store.is_complete(target):
-        store.backfill_train_record(target, extra=reward_summary(groups) if groups else None)
-        log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
-        metrics = {k.removeprefix("train/"): v for k, v in store.step_metrics(target, "train/").items()}
-        return TrainResult(step=target, metrics=metrics, checkpoint_path=store.checkpoint(target), trained=False)
+    done = already_trained(store, groups, step + 1)
+    if done is not None:
+        return done
     servers = list(servers)
     for server in servers:
         server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
@@ -149,6 +146,17 @@ def train_and_record(store: ModelStore, base_model: str, groups: "list[Trajector
     metrics = {**reward_summary(groups), **staleness(groups, step), **result.metrics}
     store.record(result.step, metrics, prefix="train/")
     return TrainResult(step=result.step, metrics=metrics, checkpoint_path=result.checkpoint_path, trained=True)
+
+
+def already_trained(store: ModelStore, groups: "list[TrajectoryGroup] | None", target: int) -> TrainResult | None:
+    """The result of training checkpoint `target` when it is complete already (`trained=False`), its history
+    record written back from the checkpoint if a crash lost it; None when it still has to be trained."""
+    if not store.is_complete(target):
+        return None
+    store.backfill_train_record(target, extra=reward_summary(groups) if groups else None)
+    log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
+    return TrainResult(step=target, metrics=store.train_metrics(target), checkpoint_path=store.checkpoint(target),
+                       trained=False)  # fmt: skip
 
 
 def staleness(groups: "list[TrajectoryGroup]", step: int) -> dict[str, float]:

@@ -227,6 +227,10 @@ class ModelStore:
                 out.update({k: v for k, v in rec.items() if k.startswith(prefix)})
         return out
 
+    def train_metrics(self, step: int) -> dict[str, Any]:
+        """The metrics recorded for training checkpoint `step`, without their "train/" prefix."""
+        return {k.removeprefix("train/"): v for k, v in self.step_metrics(step, "train/").items()}
+
     def backfill_train_record(self, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """Write checkpoint `step`'s train record from its trainer state if history has none (a crash between
         the checkpoint's marker and its record). Returns the record written, None when nothing was missing."""

@@ -24,7 +24,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 from prefect.states import Completed
 
-from art_core.store import ModelRef, ModelStore
+from art_core.step import already_trained
+from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
 from tasks.results import step_run_name
 from tasks.specs import TrainStepResult
@@ -119,7 +120,10 @@ def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: i
     store, target = ref.store(), step + 1
     if store.is_complete(target):
         log.info("checkpoint %s exists: step %d is not sent to %s", store.checkpoint(target), target, deployment)
-        return _cached(store, scored_uri, target, t0, f"checkpoint {target} exists: not trained again")
+        done = already_trained(store, store.read_groups(scored_uri), target)  # writes back a lost history record
+        out = TrainStepResult(step=target, checkpoint_uri=done.checkpoint_path, metrics=done.metrics, trained=False,
+                              seconds=time.perf_counter() - t0)  # fmt: skip
+        return Completed(name="Cached", data=out, message=f"checkpoint {target} exists: not trained again")
     if not store.storage.exists(scored_uri):  # fail here, not after queueing for the GPU
         raise FileNotFoundError(f"the scored rollouts of step {target} at {scored_uri} are missing; run the flow "
                                 "again and they are gathered and scored again")  # fmt: skip
@@ -142,8 +146,7 @@ def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: i
             "has no complete checkpoint: the worker wrote elsewhere (a local storage folder on its own machine?). "
             "Give the run storage that every worker reaches (s3://bucket/prefix)."
         )
-    metrics = {k.removeprefix("train/"): v for k, v in store.step_metrics(target, "train/").items()}
-    out = TrainStepResult(step=target, checkpoint_uri=store.checkpoint(target), metrics=metrics,
+    out = TrainStepResult(step=target, checkpoint_uri=store.checkpoint(target), metrics=store.train_metrics(target),
                           trained=state.name != "Cached", seconds=time.perf_counter() - t0)  # fmt: skip
     ran = child.total_run_time.total_seconds()
     log.info("step %d: %s by %r in %.1fs (%.1fs queued and starting) -> %s", target,
@@ -152,18 +155,6 @@ def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: i
     if not out.trained:
         return Completed(name="Cached", data=out, message=state.message)
     return Completed(data=out)
-
-
-def _cached(store: ModelStore, scored_uri: str, target: int, t0: float, message: str):
-    """The result of a step whose checkpoint exists; a history record lost to a crash is written back from it."""
-    from art_core.rollouts import reward_summary
-
-    groups = store.read_groups(scored_uri) if store.storage.exists(scored_uri) else None
-    store.backfill_train_record(target, extra=reward_summary(groups) if groups else None)
-    metrics = {k.removeprefix("train/"): v for k, v in store.step_metrics(target, "train/").items()}
-    out = TrainStepResult(step=target, checkpoint_uri=store.checkpoint(target), metrics=metrics, trained=False,
-                          seconds=time.perf_counter() - t0)  # fmt: skip
-    return Completed(name="Cached", data=out, message=message)
 
 
 def _start(deployment: str, ref: ModelRef, scored_uri: str, step: int, config: TrainConfig) -> Any:

