@@ -141,6 +141,9 @@ def test_sigkill_in_each_phase_leaves_no_process_and_the_rerun_resumes(phase, pr
     env = {k: v for k, v in os.environ.items() if not (own and k.startswith(("PREFECT_API_", "ART_INFERENCE_API_KEY")))}
     if own:  # a Prefect database of its own, never the developer's ~/.prefect
         env["PREFECT_HOME"] = str(tmp_path / "prefect")
+        # Prefect gives its temporary server 20 s to answer; a CI machine busy with the other worker's tests
+        # needed more (CI, stop 19: "Timed out while attempting to connect to ephemeral Prefect API server").
+        env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
     else:
         env.update(PREFECT_API_URL=prefect_api, ART_INFERENCE_API_KEY=vllm_endpoint.api_key or "")
     pids_path, log_path = str(tmp_path / "descendants.json"), tmp_path / "killed-run.log"
