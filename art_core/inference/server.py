@@ -51,20 +51,35 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # hosts only this machine re
 # for up to 5 s: a request sent at that instant meets a socket the server is closing ("Server
 # disconnected without sending a response", raised as openai.APIConnectionError). It failed one demo
 # evaluation rollout in CI. Servers we start keep idle connections well past any client's pool, and
-# our clients let theirs go before a stock vLLM server (one we did not start) closes them.
+# our clients let theirs go before a stock vLLM server (one we did not start) closes them, and send a
+# request again, once, when its connection was dropped unanswered anyway (a proxy with its own timeout).
 SERVER_KEEP_ALIVE_S = 75
 CLIENT_KEEP_ALIVE_S = 3.0
 
 
+class _ResendOnDroppedConnection(httpx.AsyncHTTPTransport):
+    """Sends a request a second time, on a fresh connection, when the first attempt's connection closed or
+    reset before any response came back. That is a connection the server (or a proxy between) closed while
+    idle, just as it was reused; nothing was answered, so sending again is safe for sampling requests.
+    Once only: a server that died refuses the new connection at once and the error shows."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except (httpx.RemoteProtocolError, httpx.ReadError):  # raised before the response's headers
+            return await super().handle_async_request(request)
+
+
 def openai_client(base_url: str, api_key: str | None, **kwargs: Any):
-    """An `openai.AsyncOpenAI` for a vLLM server: no retries (a dead server must show, not stall), and a
-    connection pool that drops idle connections before the server does (see CLIENT_KEEP_ALIVE_S)."""
+    """An `openai.AsyncOpenAI` for a vLLM server: no retries (a dead server must show, not stall) except
+    one resend of a request whose connection was dropped unanswered, and a connection pool that drops idle
+    connections before the server does (see CLIENT_KEEP_ALIVE_S)."""
     import openai
 
     kwargs.setdefault("max_retries", 0)
     if "http_client" not in kwargs:
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=CLIENT_KEEP_ALIVE_S)
-        kwargs["http_client"] = openai.DefaultAsyncHttpxClient(limits=limits)
+        kwargs["http_client"] = openai.DefaultAsyncHttpxClient(transport=_ResendOnDroppedConnection(limits=limits))
     return openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", **kwargs)
 
 

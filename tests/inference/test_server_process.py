@@ -256,3 +256,56 @@ async def test_our_client_lets_idle_connections_go_before_a_stock_vllm_server_cl
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+async def test_our_client_sends_again_once_when_a_reused_connection_is_dropped_unanswered():
+    """A proxy or server may close an idle connection on its own schedule; the request that reuses it gets
+    no answer. Our client sends it again on a new connection, once: a server that never answers still fails."""
+    import asyncio
+
+    import openai
+
+    from art_core.inference.server import openai_client
+
+    attempts: list[int] = []
+
+    def serve(answer_per_connection: int):
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            answered = 0
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                attempts.append(answered)
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                await reader.readexactly(length)
+                if answered == answer_per_connection:  # dropped: closed with nothing sent back
+                    writer.close()
+                    return
+                body = b'{"object": "list", "data": []}'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                answered += 1
+
+        return asyncio.start_server(handle, "127.0.0.1", 0)
+
+    server = await serve(answer_per_connection=1)  # each connection answers one request, then drops the next
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    async with server:
+        async with openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0) as stock:
+            await stock.models.list()
+            with pytest.raises(openai.APIConnectionError):
+                await stock.models.list()  # the reused connection is dropped: the request fails
+        attempts.clear()
+        async with openai_client(url, "k") as ours:
+            await ours.models.list()
+            await ours.models.list()  # dropped on the reused connection, answered on a new one
+        assert attempts == [0, 1, 0]
+
+    server = await serve(answer_per_connection=0)  # drops every request
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    async with server:
+        attempts.clear()
+        async with openai_client(url, "k") as ours:
+            with pytest.raises(openai.APIConnectionError):
+                await ours.models.list()
+        assert len(attempts) == 2  # sent again once, not forever
