@@ -85,7 +85,8 @@ class Model(BaseModel, Generic[ConfigT]):
         return self._backend
 
     def openai_client(self, **kwargs: Any) -> "openai.AsyncOpenAI":
-        """An `openai.AsyncOpenAI` pointed at this model's endpoint (no retries: our callers decide)."""
+        """An `openai.AsyncOpenAI` pointed at this model's endpoint (`art_core.inference.server.openai_client`:
+        no retries, our callers decide, except one resend of a request whose idle connection was dropped)."""
         from art_core.inference.server import openai_client
 
         if not self.inference_base_url:

@@ -89,7 +89,8 @@ class Endpoint(BaseModel):
         return cls(base_url=server.base_url, api_key=server.api_key, base_name=server.served_model_name)
 
     def client(self, **kwargs: Any):
-        """An `openai.AsyncOpenAI` for this server (no retries: a dead server must show, not stall)."""
+        """An `openai.AsyncOpenAI` for this server (`art_core.inference.server.openai_client`: no retries, except
+        one resend of a request whose idle connection was dropped)."""
         from art_core.inference.server import openai_client
 
         kwargs.setdefault("timeout", 600)
