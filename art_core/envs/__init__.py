@@ -19,6 +19,7 @@ SHIPPED = {
     "tic-tac-toe": "art_core.envs.tictactoe",
     "tau2-retail": "art_core.envs.tau2.retail",  # tau2-bench's own data (the [tau2] extra)
     "tau2-airline": "art_core.envs.tau2.airline",
+    "mcp": "art_core.envs.mcp",  # any MCP server: options command=[...] or url=... (the `mcp` SDK)
 }
 
 
