@@ -254,7 +254,12 @@ class McpEnv(Environment):
 async def discover(server: McpServer) -> tuple[str, list[Any], list[Any]]:
     """Start the server once and list what it offers: (its name, its tools, its resources)."""
     async with connect(server) as conn:
-        tools, resources = await conn.list()
+        try:
+            tools, resources = await conn.list()
+        except McpServerError:
+            raise
+        except Exception as e:  # e.g. a listing the SDK refuses (it checks every tool's schema is an object)
+            raise conn.failure("listed tools that could not be read", e) from None
         return conn.name, tools, resources
 
 

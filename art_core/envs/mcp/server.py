@@ -115,12 +115,12 @@ class Connection:
             if e.code == REQUEST_TIMEOUT:
                 return f"Error: tool {name} timed out after {self.spec.tool_timeout_s:g} s", True
             if e.code == CONNECTION_CLOSED or self._died():
-                raise self.failure(f"stopped answering during a call of {name}", e) from None
+                raise await self._failed(f"stopped answering during a call of {name}", e) from None
             return f"Error: {e}", True  # the server refused the call (unknown tool, bad arguments)
         except Exception as e:  # transport failures (a refused or dropped HTTP connection)
-            raise self.failure(f"failed during a call of {name}", e) from None
+            raise await self._failed(f"failed during a call of {name}", leaf(e)) from None
         text = content_text(result.content, result.structured_content)
-        if result.is_error and not text.startswith("Error"):
+        if result.is_error and not text.startswith("Error:"):
             text = f"Error: {text}"
         return text, bool(result.is_error)
 
@@ -131,10 +131,15 @@ class Connection:
             result = await self.client.read_resource(uri)
         except MCPError as e:
             if self._died():
-                raise self.failure(f"stopped answering while reading {uri}", e) from None
+                raise await self._failed(f"stopped answering while reading {uri}", e) from None
             return f"Error: {e}", True
         parts = [getattr(c, "text", None) or f"<{getattr(c, 'mime_type', None) or 'binary'} content>" for c in result.contents]
         return "\n".join(parts), False
+
+    async def _failed(self, what: str, exc: BaseException) -> McpServerError:
+        if self.process is not None:
+            await _settle(self.process)  # a dying server: let its exit code be seen before it is reported
+        return self.failure(what, exc)
 
     def _died(self) -> bool:
         return self.process is not None and self.process.returncode is not None
@@ -162,11 +167,11 @@ async def connect(spec: McpServer) -> AsyncIterator[Connection]:
     from mcp import Client
 
     if spec.url is not None:
-        conn = Connection(spec, Client(spec.url, read_timeout_seconds=spec.tool_timeout_s, mode="legacy"))
+        conn = Connection(spec, Client(spec.url, read_timeout_seconds=spec.start_timeout_s, mode="legacy"))
         try:
             await asyncio.wait_for(conn.client.__aenter__(), spec.start_timeout_s)
         except Exception as e:
-            raise conn.failure("did not answer initialize", e) from None
+            raise conn.failure("did not answer initialize", leaf(e)) from None
         try:
             yield conn
         finally:
@@ -174,11 +179,12 @@ async def connect(spec: McpServer) -> AsyncIterator[Connection]:
                 await conn.client.__aexit__(None, None, None)
         return
     async with _stdio(spec) as (streams, process, stderr):
-        conn = Connection(spec, Client(_Streams(streams), read_timeout_seconds=spec.tool_timeout_s, mode="legacy"), process, stderr)
+        conn = Connection(spec, Client(_Streams(streams), read_timeout_seconds=spec.start_timeout_s, mode="legacy"), process, stderr)
         try:
             await asyncio.wait_for(conn.client.__aenter__(), spec.start_timeout_s)
         except Exception as e:
-            raise conn.failure("failed to start (no answer to initialize)", e) from None
+            await _settle(process)  # a server that exited: let its exit code be seen before it is reported
+            raise conn.failure("failed to start (no answer to initialize)", leaf(e)) from None
         try:
             yield conn
         finally:
@@ -252,6 +258,8 @@ async def _stdio(spec: McpServer) -> AsyncIterator[tuple[tuple[Any, Any], Any, A
                 yield (read_recv, write_send), process, stderr
             finally:
                 tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # anyio wraps what the caller's block raised: hand it back as it was
+        raise leaf(group) from None
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(process)
@@ -274,6 +282,21 @@ async def _stop(process: Any, grace_s: float = 2.0) -> None:
         if process.returncode is not None and not group_members(process.pid):
             break
     release(process.pid)
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, or `exc` itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _settle(process: Any, wait_s: float = 1.0) -> None:
+    import anyio
+
+    with anyio.move_on_after(wait_s):
+        while process.returncode is None:
+            await anyio.sleep(0.02)
 
 
 def _executable(command: str) -> str:
