@@ -114,6 +114,9 @@ class TrainConfig(TypedDict, total=False):
     kimi_k2_tau: float | None
     scale_learning_rate_by_reward_std_dev: bool
     save_checkpoint: bool
+    normalize_by_length: bool
+    loss_type: str
+    kl_ref_adapter_path: str | None
 
 
 class ServerArgs(TypedDict, total=False):
@@ -135,6 +138,8 @@ class OpenAIServerConfig(TypedDict, total=False):
     engine_args: EngineArgs
 
 
+# ART's / TRL's loss_type names the token aggregation: per-sequence means, a token mean, or Dr. GRPO's constant.
+_LOSS_TYPES = {"grpo": "sequence_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
 # ART name -> (our TrainConfig field, value converter). Keys absent here are reported, not applied.
 TRAIN_KEYS: dict[str, tuple[str, Any]] = {
     "learning_rate": ("learning_rate", float),
@@ -145,6 +150,13 @@ TRAIN_KEYS: dict[str, tuple[str, Any]] = {
     "scale_rewards": ("scale_rewards", bool),
     "ppo": ("loss", lambda v: "clipped_ratio" if v else "cispo"),  # ART: ppo=False is its CISPO-style loss
     "precalculate_logprobs": ("old_logprobs", lambda v: "recompute" if v else "sampler"),
+    "importance_sampling_level": ("importance_sampling_level", str),  # token | sequence (GSPO) | average | ...
+    "truncated_importance_sampling": ("truncated_importance_sampling", lambda v: None if v is None else float(v)),
+    "normalize_by_length": ("normalize_by_length", bool),  # False: Dr. GRPO's constant normaliser
+    "loss_type": ("aggregation", lambda v: _LOSS_TYPES.get(v, v)),  # TRL/ART grpo | bnpo | dr_grpo
+    "kimi_k2_tau": ("kimi_k2_tau", lambda v: None if v is None else float(v)),
+    "advantage_balance": ("advantage_balance", float),
+    "kl_ref_adapter_path": ("kl_ref_adapter_path", lambda v: None if v is None else str(v)),
     # ART's init/peft/trainer args
     "max_seq_length": ("max_seq_len", int),
     "r": ("lora_rank", int),
