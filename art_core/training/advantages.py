@@ -68,3 +68,18 @@ def step_advantages(
             result.skipped_reasons.append(why)
         result.per_group.append(adv)
     return result
+
+
+def balance_advantages(advantages: list[float] | None, balance: float) -> list[float] | None:
+    """ART's advantage_balance in [-1, 1]: b > 0 scales negative advantages by 1 - b, b < 0 positive ones by 1 + b.
+
+    >>> balance_advantages([1.0, -1.0], 0.75)
+    [1.0, -0.25]
+    >>> balance_advantages([1.0, -1.0], -1.0)     # only negative advantages remain
+    [0.0, -1.0]
+    """
+    if advantages is None or balance == 0:
+        return advantages
+    if balance > 0:
+        return [a if a > 0 else a * (1 - balance) for a in advantages]
+    return [a if a < 0 else a * (1 + balance) for a in advantages]

@@ -14,23 +14,26 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The registries stay the one source of names: the Literals below are built from them, so a loss added
 # to LOSSES shows up in the JSON schema (Prefect's UI draws a drop-down from its `enum`) without an edit here.
 # losses.py imports torch only inside its functions, so this import keeps the config light.
+from art_core.training.importance import IMPORTANCE_LEVELS
 from art_core.training.losses import AGGREGATIONS, LOSSES
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 LossName = Literal.__getitem__(tuple(LOSSES))  # type: ignore[misc]  # Literal["clipped_ratio", "cispo"]
 AggregationName = Literal.__getitem__(tuple(AGGREGATIONS))  # type: ignore[misc]
+LevelName = Literal.__getitem__(tuple(IMPORTANCE_LEVELS))  # type: ignore[misc]
 
 
 class TrainConfig(BaseModel):
     """Settings for one GRPO step. Defaults follow ART (see DESIGN.md), except where noted."""
 
-    model_config = ConfigDict(extra="forbid")  # a misspelt knob fails loud instead of being ignored
+    # A misspelt knob fails loud instead of being ignored; ART's name `kl_penalty_coef` fills `beta`.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     # ---- optimiser (ART: AdamW, betas 0.9/0.99, weight decay 0.1, grad norm 0.1, constant lr) ----
     learning_rate: float = Field(5e-6, gt=0, description="AdamW learning rate (tiny models want ~1e-3).")
@@ -71,6 +74,14 @@ class TrainConfig(BaseModel):
     drop_zero_advantage: bool = Field(
         True, description="Leave out trajectories whose advantage is 0 (ART): they add nothing to the policy loss."
     )
+    advantage_balance: float = Field(
+        0.0,
+        ge=-1,
+        le=1,
+        description="ART's balance of positive and negative advantages, in [-1, 1]: b > 0 multiplies negative "
+        "advantages by 1 - b, b < 0 multiplies positive ones by 1 + b; 1 trains only on positive advantages, -1 only "
+        "on negative ones, 0 (default) leaves them as they are. History: advantage_positive, advantage_negative.",
+    )
 
     # ---- loss (ART/TRL: token-level clipped ratio, eps 0.2, no KL) ----
     loss: LossName = Field("clipped_ratio", description="Name of a loss in art_core.training.losses.LOSSES.")
@@ -84,7 +95,46 @@ class TrainConfig(BaseModel):
     epsilon_high: float | None = Field(
         None, ge=0, description="Upper clip: ratio up to 1 + epsilon_high; None means epsilon (ART, TRL). DAPO: 0.28."
     )
-    beta: float = Field(0.0, ge=0, description="KL penalty weight against the base model; 0 disables it.")
+    importance_sampling_level: LevelName = Field(
+        "token",
+        description="Importance ratio of the loss (art_core.training.importance): 'token' exp(new - old) per token "
+        "(PPO, GRPO, ART default); 'sequence' exp(mean log-ratio over the sequence) on each of its tokens, so the "
+        "clip keeps or drops whole sequences (GSPO, which uses small epsilons such as 3e-4 / 4e-4); 'average' "
+        "(token + sequence ratio) / 2 and 'geometric_average' sqrt(token x sequence ratio) (ART). History: "
+        "clip_fraction (tokens) and sequence_clip_fraction.",
+    )
+    truncated_importance_sampling: float | None = Field(
+        None,
+        gt=0,
+        description="Truncated importance sampling (ART, Yao et al. 2025): multiply each token's loss by the "
+        "detached min(w, this cap), where w = exp(policy old logprob - sampler logprob) with "
+        "old_logprobs='recompute' (the trainer/vLLM mismatch, which grows when steps run off-policy), else the "
+        "loss's own ratio. None disables it. History: tis_truncated_fraction, tis_weight_mean.",
+    )
+    normalize_by_length: bool = Field(
+        True,
+        description="False is Dr. GRPO's loss: token losses summed and divided by a constant (sequences x the "
+        "longest sequence, aggregation 'constant_norm') instead of by each step's token count; pair it with "
+        "scale_rewards=False for Dr. GRPO's advantages. True keeps `aggregation`.",
+    )
+    kimi_k2_tau: float | None = Field(
+        None,
+        ge=0,
+        description="Kimi K2's term (ART): each token's advantage becomes A - tau * (new - old) with the "
+        "log-ratio detached, pulling the policy back towards the sampler; None disables it. History: kimi_k2_shift.",
+    )
+    beta: float = Field(
+        0.0,
+        ge=0,
+        validation_alias=AliasChoices("beta", "kl_penalty_coef"),
+        description="KL penalty weight (ART's kl_penalty_coef): k3 KL to the base model, or to kl_ref_adapter_path "
+        "when set; 0 disables it. History: kl.",
+    )
+    kl_ref_adapter_path: str | None = Field(
+        None,
+        description="A LoRA adapter folder (a checkpoint of this or another run, local path or storage URI) the KL "
+        "penalty measures against instead of the base model (ART's kl_ref_adapter_path); needs beta > 0.",
+    )
     old_logprobs: Literal["sampler", "recompute"] = Field(
         "sampler",
         description="Reference of the importance ratio. 'sampler' uses the logprobs vLLM returned (ART, TRL). "
@@ -167,6 +217,19 @@ class TrainConfig(BaseModel):
         if isinstance(value, str) and value not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {value!r}: use one of {', '.join(sorted(AGGREGATIONS))}")
         return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainConfig":
+        if not self.normalize_by_length:
+            if "aggregation" in self.model_fields_set and self.aggregation != "constant_norm":
+                raise ValueError(
+                    f"normalize_by_length=False is aggregation='constant_norm' (Dr. GRPO), but aggregation="
+                    f"{self.aggregation!r} was also given: drop one of them"
+                )
+            self.aggregation = "constant_norm"
+        if self.kl_ref_adapter_path and self.beta <= 0:
+            raise ValueError("kl_ref_adapter_path is the KL penalty's reference: set beta (kl_penalty_coef) > 0 too")
+        return self
 
     @property
     def clip_high(self) -> float:

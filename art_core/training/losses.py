@@ -20,7 +20,7 @@ torch is imported by the functions that need it, so `TrainConfig` can check name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import torch
@@ -36,22 +36,22 @@ class TokenLoss:
 
 def clipped_ratio(
     new_logprobs: "torch.Tensor",
-    old_logprobs: "torch.Tensor",
+    ratio: "torch.Tensor",
     advantages: "torch.Tensor",
     *,
     epsilon: float,
     epsilon_high: float,
 ) -> TokenLoss:
-    """PPO/GRPO token-level clipped importance ratio against the sampler's logprobs (ART `ppo=True`, TRL).
+    """PPO/GRPO clipped importance ratio (ART `ppo=True`, TRL); `ratio` comes from an importance level
+    (importance.py: per token by default, per sequence for GSPO).
 
-    loss_t = -min(r_t * A_t, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A_t),  r_t = exp(new_t - old_t)
+    loss_t = -min(r_t * A_t, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A_t)
 
     >>> import torch
-    >>> out = clipped_ratio(torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([1.0]), epsilon=0.2, epsilon_high=0.2)
+    >>> out = clipped_ratio(torch.tensor([0.0]), torch.tensor([1.0]), torch.tensor([1.0]), epsilon=0.2, epsilon_high=0.2)
     >>> out.per_token.tolist()
     [-1.0]
     """
-    ratio = (new_logprobs - old_logprobs).exp()
     unclipped = ratio * advantages
     clipped = ratio.clamp(1 - epsilon, 1 + epsilon_high) * advantages
     per_token = -unclipped.minimum(clipped)
@@ -62,7 +62,7 @@ def clipped_ratio(
 
 def cispo(
     new_logprobs: "torch.Tensor",
-    old_logprobs: "torch.Tensor",
+    ratio: "torch.Tensor",
     advantages: "torch.Tensor",
     *,
     epsilon: float,
@@ -73,7 +73,7 @@ def cispo(
     loss_t = -clip(r_t, 1 - epsilon, 1 + epsilon_high).detach() * A_t * new_t. Every token keeps a gradient;
     ART uses epsilon 1.0 and epsilon_high 4.0 with it.
     """
-    ratio = (new_logprobs - old_logprobs).exp().detach()
+    ratio = ratio.detach()
     weight = ratio.clamp(1 - epsilon, 1 + epsilon_high)
     per_token = -weight * advantages * new_logprobs
     return TokenLoss(per_token=per_token, clipped=(ratio < 1 - epsilon) | (ratio > 1 + epsilon_high))
@@ -137,13 +137,15 @@ class LossStats:
     clipped: float = 0.0
     kl: float = 0.0
     ratio: float = 0.0
+    sequences: int = 0
+    clipped_sequences: float = 0.0  # sequences with at least one clipped token (all or none at level 'sequence')
+    truncated: float = 0.0  # tokens whose truncated-IS weight hit the cap
+    tis_weight: float = 0.0  # sum of truncated-IS weights
+    kimi_shift: float = 0.0  # sum of |tau * (new - old)|: how far the Kimi K2 term moved the advantages
 
     def add(self, other: "LossStats") -> None:
-        self.loss += other.loss
-        self.tokens += other.tokens
-        self.clipped += other.clipped
-        self.kl += other.kl
-        self.ratio += other.ratio
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 def grpo_loss(
@@ -157,11 +159,20 @@ def grpo_loss(
     epsilon_high: float,
     beta: float = 0.0,
     ref_logprobs: "torch.Tensor | None" = None,
+    seq: "torch.Tensor | None" = None,
+    importance_sampling_level: str = "token",
+    truncated_importance_sampling: float | None = None,
+    sampler_logprobs: "torch.Tensor | None" = None,
+    kimi_k2_tau: float | None = None,
 ) -> tuple["torch.Tensor", LossStats]:
-    """The weighted loss of one row's trainable tokens (all tensors [N]) and its statistics.
+    """The weighted loss of one pass's trainable tokens (all tensors [N]) and its statistics.
 
-    Summing the returned losses over the rows of a step gives the step loss (the weights already hold
-    the aggregation), so `loss.backward()` per row accumulates exactly.
+    Summing the returned losses over the passes of a step gives the step loss (the weights already hold
+    the aggregation), so `loss.backward()` per pass accumulates exactly. In the order ART applies them:
+    the ratio at `importance_sampling_level` (importance.py; `seq` [N] names each token's sequence
+    within the pass, needed for any level but 'token'), the Kimi K2 term A_t - tau * (new_t - old_t)
+    (gradient-free), the policy loss, the truncated-IS weight (importance.truncated_is_weight;
+    `sampler_logprobs` are vLLM's when `old_logprobs` were recomputed), the k3 KL term times beta.
 
     >>> import torch
     >>> z = torch.zeros(2)
@@ -169,23 +180,86 @@ def grpo_loss(
     >>> float(loss), stats.tokens
     (0.0, 2)
     """
+    import torch
+
+    from art_core.training.importance import IMPORTANCE_LEVELS, truncated_is_weight
+
     if loss_name not in LOSSES:
         raise ValueError(f"unknown loss {loss_name!r}: use one of {', '.join(sorted(LOSSES))}")
-    out = LOSSES[loss_name](new_logprobs, old_logprobs, advantages, epsilon=epsilon, epsilon_high=epsilon_high)
+    if importance_sampling_level not in IMPORTANCE_LEVELS:
+        raise ValueError(
+            f"unknown importance_sampling_level {importance_sampling_level!r}: use one of {', '.join(IMPORTANCE_LEVELS)}"
+        )
+    if seq is None:
+        if importance_sampling_level != "token":
+            raise ValueError(
+                f"importance_sampling_level={importance_sampling_level!r} needs `seq`, each token's sequence"
+            )
+        seq = torch.zeros_like(new_logprobs, dtype=torch.long)
+    ratio = IMPORTANCE_LEVELS[importance_sampling_level](new_logprobs, old_logprobs, seq)
+    kimi_shift = 0.0
+    if kimi_k2_tau:
+        shift = kimi_k2_tau * (new_logprobs - old_logprobs).detach()
+        advantages = advantages - shift
+        kimi_shift = float(shift.abs().sum())
+    out = LOSSES[loss_name](new_logprobs, ratio, advantages, epsilon=epsilon, epsilon_high=epsilon_high)
     per_token = out.per_token
+    truncated, tis_sum = 0.0, 0.0
+    if truncated_importance_sampling is not None:
+        tis = truncated_is_weight(
+            ratio,
+            truncated_importance_sampling,
+            policy_old=old_logprobs if sampler_logprobs is not None else None,
+            sampler=sampler_logprobs,
+        )
+        per_token = per_token * tis
+        tis_sum = float(tis.sum())
+        truncated = float((tis >= truncated_importance_sampling).float().sum())
     kl_sum = 0.0
     if beta > 0:
         if ref_logprobs is None:
-            raise ValueError("beta > 0 needs the reference (base model) logprobs")
+            raise ValueError("beta > 0 needs the reference logprobs (the base model's or kl_ref_adapter_path's)")
         kl = kl_k3(new_logprobs, ref_logprobs)
         per_token = per_token + beta * kl
         kl_sum = float(kl.detach().sum())
     loss = (per_token * weights).sum()
+    n_seq = int(seq.max()) + 1 if seq.numel() else 0
+    clipped_seqs = torch.zeros(n_seq, device=seq.device).index_add(0, seq, out.clipped.float())
     stats = LossStats(
         loss=float(loss.detach()),
         tokens=int(new_logprobs.numel()),
         clipped=float(out.clipped.float().sum()),
         kl=kl_sum,
-        ratio=float((new_logprobs - old_logprobs).detach().exp().sum()),
+        ratio=float(ratio.detach().sum()),
+        sequences=n_seq,
+        clipped_sequences=float((clipped_seqs > 0).float().sum()),
+        truncated=truncated,
+        tis_weight=tis_sum,
+        kimi_shift=kimi_shift,
     )
     return loss, stats
+
+
+def option_metrics_start(config: Any, seqs: list[Any]) -> dict[str, float]:
+    """History metrics that show a non-default advantage option acted (before the passes run)."""
+    out: dict[str, float] = {}
+    if config.advantage_balance:
+        pos = [s.advantage for s in seqs if s.advantage > 0]
+        neg = [s.advantage for s in seqs if s.advantage < 0]
+        out["advantage_positive"] = sum(pos) / len(pos) if pos else 0.0
+        out["advantage_negative"] = sum(neg) / len(neg) if neg else 0.0
+    return out
+
+
+def option_metrics_end(config: Any, total: LossStats) -> dict[str, float]:
+    """History metrics of the loss options in use, from a step's summed LossStats (empty for the defaults)."""
+    n = max(total.tokens, 1)
+    out: dict[str, float] = {}
+    if config.importance_sampling_level != "token":
+        out["sequence_clip_fraction"] = total.clipped_sequences / max(total.sequences, 1)
+    if config.truncated_importance_sampling is not None:
+        out["tis_truncated_fraction"] = total.truncated / n
+        out["tis_weight_mean"] = total.tis_weight / n
+    if config.kimi_k2_tau:
+        out["kimi_k2_shift"] = total.kimi_shift / n
+    return out

@@ -54,6 +54,8 @@ class PackedBatch:
     weights: "torch.Tensor"  # [N] aggregation weight of each token (see losses.AGGREGATIONS)
     sequences: list[int]  # indices of the packed sequences
     real_tokens: int  # tokens that are not padding
+    seq: "torch.Tensor | None" = None  # [N] each token's sequence as a position in `sequences` (0..S-1)
+    sampler_logprobs: "torch.Tensor | None" = None  # [N] vLLM's logprobs, kept when old_logprobs are recomputed
 
     @property
     def num_tokens(self) -> int:
@@ -91,7 +93,7 @@ def pack_sequences(
     for members in passes:
         width = max(lengths[r] for r in members)
         ids, pos = [], []
-        t_row, t_pos, old, adv, w, seq_ids = [], [], [], [], [], []
+        t_row, t_pos, old, adv, w, seq_ids, t_seq = [], [], [], [], [], [], []
         for ri, r in enumerate(members):
             row_ids: list[int] = []
             row_pos: list[int] = []
@@ -106,6 +108,7 @@ def pack_sequences(
                         t_pos.append(start + j)
                         old.append(s.old_logprobs[j])
                 adv += [s.advantage] * s.num_trainable
+                t_seq += [len(seq_ids)] * s.num_trainable
                 w += [weights[i]] * s.num_trainable
                 seq_ids.append(i)
             pad = width - len(row_ids)
@@ -122,6 +125,7 @@ def pack_sequences(
                 weights=torch.tensor(w, dtype=torch.float32, device=device),
                 sequences=seq_ids,
                 real_tokens=sum(lengths[r] for r in members),
+                seq=torch.tensor(t_seq, dtype=torch.long, device=device),
             )
         )
     return out

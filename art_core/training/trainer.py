@@ -40,12 +40,13 @@ from typing import Any
 
 from art_core.backend import TrainResult
 from art_core.storage import Storage
-from art_core.training.advantages import step_advantages
+from art_core.training.advantages import balance_advantages, step_advantages
 from art_core.training.attention import choose_attention, packed_attention
 from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
-from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss
+from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss, option_metrics_end, option_metrics_start
 from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
+from art_core.training.reference import reference_policy
 from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_histories
 from art_core.trajectories import TrajectoryGroup
 
@@ -188,7 +189,7 @@ def prepare_sequences(
     for seqs, advantages in zip(kept, adv.per_group):
         if advantages is None:
             continue
-        for traj_seqs, a in zip(seqs, advantages):
+        for traj_seqs, a in zip(seqs, balance_advantages(advantages, config.advantage_balance)):
             if config.drop_zero_advantage and abs(a) <= 1e-12:
                 continue
             for s in traj_seqs:
@@ -281,6 +282,7 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
                                "gradient_checkpointing": int(checkpointing)}
     if config.beta > 0:
         metrics["kl"] = 0.0
+    metrics.update(option_metrics_start(config, seqs))
     if not seqs:
         why = "; ".join(skipped_reasons) or "no trajectories were given"
         metrics["nothing_trained_reason"] = f"no group had a reward signal ({why})"
@@ -328,6 +330,7 @@ def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, t
         with torch.no_grad():
             for parts in packed:
                 for part in parts:
+                    part.sampler_logprobs = part.old_logprobs  # truncated IS compares the two
                     part.old_logprobs = batch_logprobs(model, part, attention=attention, chunk_tokens=chunk)[0]
     for parts in packed:
         optimizer.zero_grad(set_to_none=True)
@@ -335,13 +338,16 @@ def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, t
         for part in parts:
             ref = None
             if config.beta > 0:
-                with torch.no_grad(), model.disable_adapter():
+                with torch.no_grad(), reference_policy(model, config.kl_ref_adapter_path):
                     ref, _ = batch_logprobs(model, part, attention=attention, chunk_tokens=chunk)
             new, entropy = batch_logprobs(model, part, with_entropy=config.experimental_compute_entropy,
                                           attention=attention, chunk_tokens=chunk)  # fmt: skip
             loss, stats = grpo_loss(
                 config.loss, new, part.old_logprobs, part.advantages, part.weights,
                 epsilon=config.epsilon, epsilon_high=config.clip_high, beta=config.beta, ref_logprobs=ref,
+                seq=part.seq, importance_sampling_level=config.importance_sampling_level,
+                truncated_importance_sampling=config.truncated_importance_sampling,
+                sampler_logprobs=part.sampler_logprobs, kimi_k2_tau=config.kimi_k2_tau,
             )
             loss.backward()  # passes accumulate: the weights already normalise over the whole mini-batch
             batch_loss += stats.loss
@@ -370,3 +376,4 @@ def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, t
     )
     if config.beta > 0:
         metrics["kl"] = kl_ref_sum / n
+    metrics.update(option_metrics_end(config, total))

@@ -107,19 +107,21 @@ def test_dev_configs_map_onto_ours_and_the_rest_is_reported_once():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cfg = dev.resolve_train_config(model, art.TrainConfig(learning_rate=1e-3), {"epsilon": 0.1},
-                                       {"ppo": False, "logprob_calculation_chunk_size": 8, "kimi_k2_tau": 0.1})
+                                       {"ppo": False, "logprob_calculation_chunk_size": 8, "kimi_k2_tau": 0.1,
+                                        "mask_prob_ratio": True})
         server = dev.server_overrides(model._internal_config)
     assert (cfg.max_seq_len, cfg.lora_rank, cfg.lora_alpha, cfg.max_grad_norm) == (2048, 4, 8, 0.5)
     assert (cfg.learning_rate, cfg.epsilon, cfg.loss, cfg.logit_chunk_tokens) == (1e-3, 0.1, "cispo", 8)
+    assert cfg.kimi_k2_tau == 0.1  # mapped since issue 23
     assert server == {"gpu_memory_utilization": 0.5, "extra_args": ["--enforce-eager"]}
     text = " ".join(str(w.message) for w in caught)
-    for reported in ("kimi_k2_tau", "num_scheduler_steps"):
+    for reported in ("mask_prob_ratio", "num_scheduler_steps"):
         assert reported in text
     assert dev.resolve_train_config(model, cfg) == cfg  # resolving twice changes nothing
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
-        dev.resolve_train_config(model, None, None, {"kimi_k2_tau": 0.1})
-    assert not [w for w in again if "kimi_k2_tau" in str(w.message)]  # said once per process
+        dev.resolve_train_config(model, None, None, {"mask_prob_ratio": True})
+    assert not [w for w in again if "mask_prob_ratio" in str(w.message)]  # said once per process
 
 
 def test_a_prompted_model_may_name_its_provider_but_stores_under_a_safe_name():
