@@ -1,0 +1,71 @@
+"""deploy_to="merged": the merged safetensors folder answers like base + adapter, through real vLLM.
+
+The session's vLLM server serves the tiny model with the step's adapter loaded (LoRA applied at run time);
+a second server, started here, serves the merged folder as a plain model. Greedy tokens must be the same
+and their logprobs close: both servers run the same dtype (float32 on a CPU without bf16, where the
+measured difference is 0.0000 nats; in bf16 LoRA's separate low-rank product and the merged weight round
+differently, hence a tolerance).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from art_core.deploy import deploy_model
+from art_core.serving import Endpoint, load_adapter
+from art_core.storage import Storage
+from art_core.store import ModelRef
+from tests.deploy.conftest import write_checkpoint
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = [[{"role": "user", "content": "Where is my order 1234?"}],
+           [{"role": "system", "content": "You answer with one color."}, {"role": "user", "content": "Sky?"}]]
+LOGPROB_TOLERANCE = 0.1  # nats, per sampled token
+
+
+async def _greedy(client, model: str, messages) -> tuple[list[int], list[float]]:
+    r = await client.chat.completions.create(
+        model=model, messages=messages, temperature=0, max_tokens=12, logprobs=True,
+        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    content = r.choices[0].logprobs.content
+    return [int(t.token.removeprefix("token_id:")) for t in content], [t.logprob for t in content]
+
+
+async def test_merged_export_answers_like_base_plus_adapter(vllm_endpoint, tiny_model_path, tmp_path):
+    from art_core.inference.server import ServerConfig, VLLMServer
+
+    storage = Storage(str(tmp_path / "art"))
+    write_checkpoint(storage, "proj", "agent", 1, tiny_model_path, seed=3)
+    d = await deploy_model("merged", ModelRef(storage_url=storage.root, project="proj", model="agent",
+                                              base_model=tiny_model_path), step=1)
+    assert (d.status, d.model_name, d.endpoint) == ("saved", "agent", None)
+    files = set(os.listdir(d.uri))
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "COMPLETE"} <= files
+    assert not any(f.startswith("adapter_") for f in files), "a merged folder is a plain model, not an adapter"
+    assert "quantization_config" not in json.loads(open(os.path.join(d.uri, "config.json")).read())
+
+    session = Endpoint(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key, base_name=vllm_endpoint.model)
+    load_adapter(session, "deploy-merge@1", storage.checkpoint_path("proj", "agent", 1))
+    merged = VLLMServer(ServerConfig(model=d.uri, served_model_name="merged", enable_lora=False,
+                                     log_path=str(tmp_path / "merged-server.log")))
+    merged.start()
+    try:
+        ours = Endpoint.of(merged)
+        async with session.client() as with_lora, ours.client() as plain:
+            diffs, changed = [], False
+            for messages in PROMPTS:
+                lora_ids, lora_lps = await _greedy(with_lora, "deploy-merge@1", messages)
+                merged_ids, merged_lps = await _greedy(plain, "merged", messages)
+                base_ids, _ = await _greedy(with_lora, vllm_endpoint.model, messages)
+                assert merged_ids == lora_ids, f"merged {merged_ids} != base+adapter {lora_ids}"
+                diffs += [abs(a - b) for a, b in zip(lora_lps, merged_lps)]
+                changed |= base_ids != lora_ids
+    finally:
+        merged.stop()
+    assert changed, "the adapter must change the base model's answers, or this test proves nothing"
+    print(f"logprob |merged - base+adapter|: max {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f} nats")
+    assert max(diffs) < LOGPROB_TOLERANCE
