@@ -290,7 +290,21 @@ class EvaluateConfig(_Strict):
         return self
 
 
-class DeployConfig(_Strict):
+class DeployTarget(_Strict):
+    """Where a step goes (art_core.deploy.deploy_model); keys are read by the worker, never parameters."""
+
+    deploy_to: Literal["vllm", "merged", "together", "wandb"] | None = Field(
+        None, description="vllm: our server; merged: base+adapter as safetensors in storage; together / wandb: "
+        "their LoRA serving. None: export the adapter only.")
+    served_base_model: str | None = Field(None, description="The base's name at Together/W&B (e.g. Qwen/Qwen2.5-72B-"
+                                          "Instruct) when the run trained from a local copy; default: run.base_model.")
+    upload_to: str | None = Field(None, description="s3://bucket/prefix for Together's archive when storage is local.")
+    api_key_block: str | None = Field(None, description="Prefect Secret block with the target's key; default: "
+                                      "TOGETHER_API_KEY / WANDB_API_KEY in the worker's environment.")
+    wait_for_completion: bool = Field(True, description="Wait until the service serves it (or fails).")
+
+
+class DeployConfig(DeployTarget):
     """Parameters of the deploy flow."""
 
     run: RunConfig = Field(description="The run whose model is deployed.")
@@ -307,6 +321,7 @@ class RetrainConfig(_Strict):
     run: RunConfig = Field(description="The original run's settings (model, environment, storage...).")
     extra_steps: int = Field(2, ge=1, description="Steps to train beyond the latest checkpoint, on scenarios not seen yet.")
     min_improvement: float = Field(0.0, ge=0, description="Promote only if the reward beats the promoted step by more than this.")
+    deploy: DeployTarget = Field(default_factory=DeployTarget, description="Where a promoted step is deployed.")
 
 
 def _inference_url(v: str) -> str:

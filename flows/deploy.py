@@ -1,10 +1,15 @@
-"""The deploy flow: export the chosen step's adapter with a model card, and/or serve it with vLLM.
+"""The deploy flow: export the chosen step's adapter with a model card, and deploy it where users serve.
 
-    deploy_flow(DeployConfig(run=run_config))                 # the promoted (else latest) step -> exports/
-    deploy_flow(DeployConfig(run=run_config, serve=True, serve_minutes=60))
+    deploy_flow(DeployConfig(run=run_config))                            # promoted (else latest) step -> exports/
+    deploy_flow(DeployConfig(run=run_config, deploy_to="merged"))        # + base and adapter merged, safetensors
+    deploy_flow(DeployConfig(run=run_config, deploy_to="together", served_base_model="Qwen/Qwen2.5-72B-Instruct",
+                             api_key_block="together-api-key"))           # Together's LoRA serving
+    deploy_flow(DeployConfig(run=run_config, deploy_to="vllm", serve_minutes=60))   # our own vLLM endpoint
 
-The endpoint started here lives as long as the flow run (serve_minutes); for a long-lived endpoint run
-`python -m art_core.deploy.serve ...` (printed by this flow) under your process manager.
+`deploy_to` is a form field in the UI (art_core.deploy.deploy_model does the work). Keys come from the
+Prefect Secret block named in `api_key_block`, else from the worker's environment; they are never flow
+parameters, results or artifacts. The vLLM endpoint started here lives as long as the flow run
+(serve_minutes); for a long-lived one run `python -m art_core.deploy.serve ...` (printed by this flow).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from pydantic import BaseModel
 
 from art_core.deploy import read_promoted
 from art_core.settings import get_settings
-from flows.config import DeployConfig
+from flows.config import DeployConfig, DeployTarget
+from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
-from flows.lifetime import guard_temporary_server
 from flows.train import refs
-from tasks import export_adapter, run_sync, serve_step
+from tasks import export_adapter, run_sync
+from tasks.deploy import deploy_step
+from tasks.specs import ModelRef
 
 
 class DeploySummary(BaseModel):
@@ -30,6 +37,29 @@ class DeploySummary(BaseModel):
     export_uri: str | None = None
     endpoint: str | None = None
     serve_command: str
+    target: str | None = None
+    model_name: str | None = None
+    status: str | None = None
+    location: str | None = None
+    message: str = ""
+
+
+def deploy_to_target(ref: ModelRef, step: int, target: DeployTarget, serve_minutes: float = 0.0, port: int = 0):
+    """Deploy `step` to `target.deploy_to` (the deploy flow and the retrain flow's promotion both call this);
+    a vLLM endpoint is checked to answer, kept up `serve_minutes`, then stopped. Returns the Deployment."""
+    key = get_settings().inference_api_key if target.deploy_to == "vllm" else None
+    deployment = deploy_step(ref, step, target.deploy_to, target.served_base_model, target.upload_to,
+                             target.api_key_block, target.wait_for_completion, port,
+                             key.get_secret_value() if key else None)
+    if target.deploy_to == "vllm":
+        try:
+            server = deployment._server
+            reply = run_sync(_ask(deployment.endpoint, server.api_key, deployment.model_name))
+            print(f"serving {deployment.model_name} (step {step}) at {deployment.endpoint}; it answered {reply!r}")
+            time.sleep(serve_minutes * 60)
+        finally:
+            deployment.stop()
+    return deployment
 
 
 @flow(name="deploy", log_prints=True)
@@ -45,31 +75,31 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
     if not step:
         raise ValueError(f"{run.project}/{run.model} has no trained step under {storage.root}: run the train flow first")
     command = (f"python -m art_core.deploy.serve --storage {run.storage_url} --project {run.project} "
-               f"--model {run.model} --step {step}")  # fmt: skip
+               f"--model {run.model} --step {step}")
     summary = DeploySummary(step=step, serve_command=command)
-    if config.export:
+    target = config.model_copy(update={"deploy_to": config.deploy_to or ("vllm" if config.serve else None)})
+    if target.deploy_to:
+        d = deploy_to_target(ref, step, target, config.serve_minutes, config.port)
+        summary = summary.model_copy(update=dict(export_uri=d.export_uri, endpoint=d.endpoint, target=d.target,
+                                                 model_name=d.model_name, status=d.status, location=d.uri,
+                                                 message=d.message))
+        print(f"deployed step {step} to {d.target}: {d.message}")
+    elif config.export:
         summary.export_uri = export_adapter(ref, step)
         print(f"exported step {step} with its model card to {summary.export_uri}")
-    if config.serve:
-        key = get_settings().inference_api_key
-        server = serve_step(ref, step, config.port, key.get_secret_value() if key else None)
-        try:
-            reply = run_sync(_ask(server.base_url, server.api_key, run.model))
-            summary.endpoint = server.base_url
-            print(f"serving {run.model} (step {step}) at {server.base_url} as model={run.model!r}; it answered {reply!r}")
-            time.sleep(config.serve_minutes * 60)
-        finally:
-            server.stop()
     print(f"to serve it for good: {command}")
-    # Where the export went and how to serve it, in the UI next to the run (not only in its logs).
-    lines = [f"# Deployed {run.model} step {step}", ""]
+    # Where it went, in the UI next to the run (not only in its logs): target, step, endpoint, model name.
+    lines = [f"# Deployed {run.model} step {step}" + (f" to {summary.target}" if summary.target else ""), ""]
+    if summary.target:
+        lines += ["| target | step | endpoint | model name | status | location |", "|---|---|---|---|---|---|",
+                  f"| {summary.target} | {step} | {summary.endpoint or '-'} | `{summary.model_name}` | {summary.status} "
+                  f"| `{summary.location or summary.export_uri}` |", "", summary.message, ""]
     if summary.export_uri:
         lines.append(f"- exported with its model card to `{summary.export_uri}`")
-    if summary.endpoint:
-        lines.append(f"- served at {summary.endpoint} as model `{run.model}` for {config.serve_minutes} min")
     lines.append(f"- serve it for good: `{command}`")
     create_markdown_artifact(key=artifact_key(run.project, run.model, "deploy"), markdown="\n".join(lines) + "\n",
-                             description=f"{run.model} step {step}: {summary.export_uri or 'not exported'}")  # fmt: skip
+                             description=f"{run.model} step {step}: {summary.target or 'export'} "
+                                         f"{summary.endpoint or summary.location or summary.export_uri or ''}")
     return summary
 
 

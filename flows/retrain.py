@@ -4,8 +4,9 @@
 
 1. train `extra_steps` more steps (the train flow as a subflow; later steps draw scenarios not seen yet),
 2. evaluate the new latest step and the promoted one (cached if already measured),
-3. promote the new step and export it only if its reward beats the promoted one; otherwise keep the old
-   step and say so.
+3. promote the new step and export it only if its reward beats the promoted one, and deploy it to
+   `config.deploy.deploy_to` when set (Together, W&B, merged weights, vLLM); otherwise keep the old step
+   and say so (nothing is deployed).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 
 from art_core.deploy import decide, promote, read_promoted
 from flows.config import RetrainConfig
+from flows.deploy import deploy_to_target
 from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
 from flows.lifetime import guard_temporary_server
@@ -31,6 +33,7 @@ class RetrainSummary(BaseModel):
     promoted_reward: float | None
     promoted: bool
     message: str
+    deployment: dict | None = None  # target, step, endpoint, model_name, status of the promoted step's deployment
 
 
 @flow(name="retrain", log_prints=True)
@@ -53,14 +56,20 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
         return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url).reward
 
     old = read_promoted(storage, run.project, run.model)
+    deployment = None
     # Before any promotion the step we started from is the one to beat (step 0 is the base model).
     old_step = old["step"] if old else latest
     old_reward = reward_of(old_step)
     new_reward = reward_of(new_step)
     if decide(new_reward, old_reward, config.min_improvement):
         promote(storage, run.project, run.model, new_step, new_reward, e.split)
-        export_adapter(ref, new_step)
         message = f"promoted step {new_step}: reward {new_reward:.3f} beats step {old_step}'s {old_reward:.3f}"
+        if config.deploy.deploy_to:
+            d = deploy_to_target(ref, new_step, config.deploy)
+            deployment = d.model_dump(include={"target", "step", "endpoint", "model_name", "status", "uri"})
+            message += f"; deployed to {d.target}: {d.endpoint or d.uri} as {d.model_name!r} ({d.status})"
+        else:
+            export_adapter(ref, new_step)
     else:
         if old is None and old_step > 0:
             promote(storage, run.project, run.model, old_step, old_reward, e.split)
@@ -73,8 +82,11 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     create_markdown_artifact(key=artifact_key(run.project, run.model, "retrain"), markdown=(
         f"# Retrain of {run.model}: {decision} step {new_step if decision == 'promoted' else old_step}\n\n{message}.\n\n"
         f"| step | role | {e.split} reward |\n|---|---|---|\n| {old_step} | promoted before | {old_reward:.3f} |\n"
-        f"| {new_step} | new | {new_reward:.3f} |\n\nminimum improvement: {config.min_improvement}\n"),
+        f"| {new_step} | new | {new_reward:.3f} |\n\nminimum improvement: {config.min_improvement}\n"
+        + (f"\ndeployed: target {deployment['target']}, step {deployment['step']}, endpoint "
+           f"{deployment['endpoint'] or deployment['uri']}, model `{deployment['model_name']}`\n" if deployment else "")),
         description=f"{run.model}: {decision}")  # fmt: skip
     return RetrainSummary(promoted_step=promoted_now["step"] if promoted_now else old_step, previous_step=old_step,
                           new_step=new_step, new_reward=new_reward, promoted_reward=old_reward,
-                          promoted=promoted_now is not None and promoted_now["step"] == new_step, message=message)  # fmt: skip
+                          promoted=promoted_now is not None and promoted_now["step"] == new_step, message=message,
+                          deployment=deployment)  # fmt: skip
