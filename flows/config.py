@@ -249,6 +249,20 @@ class RunConfig(_Strict):
             self.sampling = self.sampling.model_copy(update={"max_tokens": recommended})
         return self
 
+    @model_validator(mode="after")
+    def _mcp_scored_by_ruler_and_stored_with_the_run(self) -> "RunConfig":
+        # An MCP server has no ground truth: RULER scores its groups (the judge from ART_JUDGE_MODEL unless one is
+        # given), and the scenarios it generates are kept in the run's storage (art_core.mcp.stored_scenarios).
+        if self.environment.name != "mcp":
+            return self
+        self.environment.options.setdefault("store", self.storage_url)
+        if self.judge is None:
+            if not get_settings().judge_model:
+                raise ValueError("environment 'mcp' has no reward of its own and RULER scores it: set judge.model "
+                                 "(e.g. openai/o4-mini) or ART_JUDGE_MODEL")
+            self.judge = JudgeConfig()
+        return self
+
     def eval_sampling(self) -> dict[str, Any]:
         """The sampling of evaluations: the rollouts', at the evaluation temperature."""
         temperature = self.eval.temperature
