@@ -215,7 +215,7 @@ def main() -> None:
         "as a zero LoRA adapter on both sides.",
         f"Median of {len(rounds)} rounds per side; one engine alive at a time (each round: ours up, measured, "
         "stopped; then raw vLLM up, measured, stopped).",
-        f"Our rollouts ask for no logprobs (as ART's): the server adds logprobs and token ids to every request.",
+        "Our rollouts ask for no logprobs (as ART's): the server adds logprobs and token ids to every request.",
         f"Machine: {platform.node() or '?'}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}.",
         "",
         f"{'path':<44} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}",

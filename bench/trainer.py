@@ -47,7 +47,7 @@ def make_groups(tokenizer, n_groups: int, size: int, seed: int, words: tuple[int
 
     rng = random.Random(seed)
     groups = []
-    for g in range(n_groups):
+    for _ in range(n_groups):
         prompt = [{"role": "system", "content": "You help users."},
                   {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words)))}]
         trajs = []

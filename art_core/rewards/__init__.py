@@ -9,10 +9,9 @@ litellm is imported only when a judge is called, so importing this package stays
 from __future__ import annotations
 
 from art_core.rewards.accounting import JudgeUsage
-from art_core.rewards.config import JudgeConfig
+from art_core.rewards.config import DEFAULT_RUBRIC, JudgeConfig
 from art_core.rewards.judge import JudgeError
 from art_core.rewards.ruler import (
-    DEFAULT_RUBRIC,
     RulerConfig,
     RulerResult,
     TrajectoryScore,

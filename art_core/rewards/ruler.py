@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.rewards.accounting import JudgeUsage
-from art_core.rewards.config import DEFAULT_RUBRIC, JudgeConfig, resolve_judge, split_secrets
+from art_core.rewards.config import JudgeConfig, resolve_judge, split_secrets
 from art_core.rewards.cache import JudgeCache
-from art_core.rewards.judge import JudgeError, call_judge, reply_model
+from art_core.rewards.judge import call_judge, reply_model
 from art_core.rewards.render import judge_messages, render_messages, render_tools
 from art_core.trajectories import Message, Tools, Trajectory, TrajectoryGroup, choice_to_message
 

@@ -48,7 +48,6 @@ def tiny(tmp_path_factory) -> pathlib.Path:
 
 
 def test_loads_with_transformers_and_generates(tiny):
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny)

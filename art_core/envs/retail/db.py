@@ -115,7 +115,7 @@ def _payment_methods(rng: random.Random, ids: set[str]) -> dict[str, dict[str, A
     methods: dict[str, dict[str, Any]] = {}
     sources = ["credit_card"] + rng.sample(["credit_card", "paypal", "gift_card", "gift_card"], rng.randint(0, 2))
     for source in sorted(set(sources)):  # at most one method per source keeps "my gift card" unambiguous
-        pm_id = _unique(rng, ids, lambda r: f"{source}_{r.randint(10**6, 10**7 - 1)}")
+        pm_id = _unique(rng, ids, lambda r, source=source: f"{source}_{r.randint(10**6, 10**7 - 1)}")
         pm: dict[str, Any] = {"id": pm_id, "source": source}
         if source == "credit_card":
             pm |= {"brand": rng.choice(CARD_BRANDS), "last_four": f"{rng.randint(0, 9999):04d}"}
@@ -191,8 +191,9 @@ def make_db(seed: int = 0, n_users: int = 150, orders_per_user: tuple[int, int] 
         if (first, last, address["zip"]) in name_zips:
             continue  # find_user_id_by_name_zip must name exactly one user
         name_zips.add((first, last, address["zip"]))
-        user_id = _unique(rng, ids, lambda r: f"{first.lower()}_{last.lower()}_{r.randint(1000, 9999)}")
-        email = _unique(rng, emails, lambda r: f"{first.lower()}.{last.lower()}{r.randint(10, 999)}@example.com")
+        login, mail = f"{first}_{last}".lower(), f"{first}.{last}".lower()
+        user_id = _unique(rng, ids, lambda r, login=login: f"{login}_{r.randint(1000, 9999)}")
+        email = _unique(rng, emails, lambda r, mail=mail: f"{mail}{r.randint(10, 999)}@example.com")
         user = {
             "user_id": user_id,
             "name": {"first_name": first, "last_name": last},

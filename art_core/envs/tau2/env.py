@@ -177,7 +177,7 @@ class Tau2Env(Environment):
         )
         opening = await user.reply(GREETING)
         traj.messages_and_choices.append({"role": "user", "content": opening})
-        steps, errors, turns, counts = 2, 0, 0, {"tool_calls": 0, "tool_errors": 0, "writes": 0}
+        steps, turns, counts = 2, 0, {"tool_calls": 0, "tool_errors": 0, "writes": 0}
         stop_reason = "user_stop" if is_stop(opening) else None
         while stop_reason is None:
             if steps >= o.max_steps:
