@@ -7,7 +7,7 @@
     for items, epoch, step, epoch_step in iterate_dataset(scenarios):   # ART 2025 style (a tuple)
         ...
 
-Like `art.utils`, this module only holds ART's names (DESIGN.md, principle 10); our own code never
+Like `art.utils`, this module only holds ART's names (docs/design.md, principle 10); our own code never
 imports it.
 """
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-# Before anything imports litellm, prefect or tokenizers (see DESIGN.md).
+# Before anything imports litellm, prefect or tokenizers (see docs/design.md).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -36,7 +36,7 @@ MAX_POSITIONS = 16384
 # The final norm's weight: large enough for a LoRA to move the logits (see the module docstring).
 NORM_SCALE = 4.0
 
-# Qwen2's pre-tokenizer split pattern; without it the tokenizer reloads differently (DESIGN.md).
+# Qwen2's pre-tokenizer split pattern; without it the tokenizer reloads differently (docs/design.md).
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
