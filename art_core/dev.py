@@ -179,9 +179,10 @@ NO_EFFECT: dict[str, str] = {
 # ART name -> our ServerConfig field; other engine_args become vLLM CLI flags.
 SERVER_KEYS = {"gpu_memory_utilization": "gpu_memory_utilization", "max_model_len": "max_model_len",
                "max_lora_rank": "max_lora_rank", "max_loras": "max_loras", "enable_sleep_mode": "enable_sleep_mode",
-               "tool_call_parser": "tool_call_parser", "api_key": "api_key", "port": "port", "host": "host"}  # fmt: skip
+               "tool_call_parser": "tool_call_parser", "api_key": "api_key", "port": "port", "host": "host",
+               "dtype": "dtype", "enable_prefix_caching": "enable_prefix_caching", "max_num_seqs": "max_num_seqs"}  # fmt: skip
 # vLLM 0.8 / Unsloth-only engine flags that the vLLM we run no longer has.
-ENGINE_GONE = {"num_scheduler_steps", "disable_log_requests", "fast_inference", "load_in_4bit", "model_name", "dtype",
+ENGINE_GONE = {"num_scheduler_steps", "disable_log_requests", "fast_inference", "load_in_4bit", "model_name",
                "use_gradient_checkpointing", "random_state", "enable_auto_tool_choice", "return_tokens_as_token_ids",
                "model", "served_model_name", "generation_config"}  # fmt: skip
 

@@ -215,6 +215,13 @@ class TrainableModel(Model[ConfigT]):
     def _check_name(cls, v: str) -> str:  # a trained model's name names adapters and folders: no '/'
         return validate_name(v, "model name")
 
+    @field_validator("base_model")
+    @classmethod
+    def _model_folder(cls, v: str) -> str:  # a .gguf file: converted once into a cached folder both sides load
+        from art_core.base_models import resolve_base_model
+
+        return resolve_base_model(v)
+
     async def register(self, backend: "Backend") -> None:
         """Attach to a backend; `_internal_config`'s server settings apply if the backend starts the server."""
         if self._backend is not backend:

@@ -31,7 +31,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from art_core.inference.server import ServerConfig, VLLMServer
+    from art_core.inference.server import ServerConfig, ServerOptions, VLLMServer
     from art_core.store import ModelStore
 
 log = logging.getLogger(__name__)
@@ -190,16 +190,27 @@ class ServerPool:
             self._servers[(self._key(server.config.model), 0)] = server
         return server
 
-    def get(self, base_model: str, *, max_lora_rank: int = 8, replica: int = 0) -> "VLLMServer":
+    def get(self, base_model: str, *, max_lora_rank: int = 8, replica: int = 0,
+            options: "ServerOptions | dict[str, Any] | None" = None) -> "VLLMServer":  # fmt: skip
         """The running server for `base_model` (started, restarted if dead, or widened for the LoRA rank);
-        `replica` > 0 names further servers of the same model (each on a port of its own)."""
+        `replica` > 0 names further servers of the same model (each on a port of its own). `options` (a run's
+        server settings, e.g. its dtype) apply to a server started here; a running server started with other
+        settings is restarted with these (same port and key)."""
         from art_core.inference.server import VLLMServer
 
+        wanted = _options_dict(options)
         with self._lock:
             key = (self._key(base_model), replica)
             server = self._servers.get(key)
+            if server is not None and id(server) in self._owned and wanted:
+                changed = {k: v for k, v in wanted.items() if getattr(server.config, k) != v}
+                if changed:
+                    log.warning("restarting the vLLM server at %s with the run's server settings %s", server.base_url, changed)
+                    server.config = server.config.model_copy(update=changed)
+                    server.restart()
             if server is None:
-                server = VLLMServer(server_config(base_model, max_lora_rank=max_lora_rank, overrides=self.overrides))
+                overrides = {**self.overrides, **wanted}
+                server = VLLMServer(server_config(base_model, max_lora_rank=max_lora_rank, overrides=overrides))
                 self._servers[key] = server
                 self._owned.add(id(server))
                 server.start()
@@ -237,14 +248,24 @@ PROCESS_POOL = ServerPool()  # the Prefect tasks' servers: one per base model pe
 
 
 def endpoint_for(base_model: str, inference_url: str | None = None, *, max_lora_rank: int = 8,
-                 pool: ServerPool | None = None) -> Endpoint:  # fmt: skip
-    """The endpoint at `inference_url` (key from ART_INFERENCE_API_KEY), else this process's own server."""
+                 pool: ServerPool | None = None, options: "ServerOptions | dict[str, Any] | None" = None) -> Endpoint:  # fmt: skip
+    """The endpoint at `inference_url` (key from ART_INFERENCE_API_KEY), else this process's own server
+    (started with `options`, the run's server settings)."""
     if inference_url:
         from art_core.settings import get_settings
 
         key = get_settings().inference_api_key
         return discover_endpoint(inference_url, key.get_secret_value() if key else None)
-    return Endpoint.of((pool or PROCESS_POOL).get(base_model, max_lora_rank=max_lora_rank))
+    return Endpoint.of((pool or PROCESS_POOL).get(base_model, max_lora_rank=max_lora_rank, options=options))
+
+
+def _options_dict(options: "ServerOptions | dict[str, Any] | None") -> dict[str, Any]:
+    """The settings a user chose explicitly (unset fields keep the pool's and ServerConfig's defaults)."""
+    if options is None:
+        return {}
+    if isinstance(options, dict):
+        return dict(options)
+    return options.model_dump(exclude_unset=True)
 
 
 def servers_sharing(base_model: str, inference_url: str | None = None, pool: ServerPool | None = None) -> list["VLLMServer"]:

@@ -21,7 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from art_core.base_models import resolve_base_model
+from art_core.chat_template import check_template_shows_tools
 from art_core.envs import SHIPPED
+from art_core.inference.server import ServerOptions
 from art_core.rewards.config import JudgeConfig
 from art_core.serving import on_this_machine
 from art_core.settings import get_settings
@@ -40,6 +43,7 @@ class EnvironmentConfig(_Strict):
     name: str = Field(description="A shipped environment (retail, airline, 2048, tic-tac-toe) or an importable module.")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for load_environment.")
     _constrains_sampling: bool = PrivateAttr(default=False)
+    _has_tools: bool = PrivateAttr(default=False)
     _recommended_sampling: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("name")
@@ -65,6 +69,10 @@ class EnvironmentConfig(_Strict):
         except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
             raise ValueError(f"environment {self.name!r} refused options {self.options}: {e}") from None
         self._constrains_sampling = bool(getattr(env, "constrains_sampling", False))
+        try:
+            self._has_tools = bool(env.tools())
+        except Exception:  # tools known only once it runs (a server to ask): the trainer checks the template then
+            self._has_tools = False
         protocol = getattr(env, "protocol", None)  # e.g. tau2's: the benchmark's own temperature and max_tokens
         self._recommended_sampling = dict(protocol.sampling()) if protocol is not None else {}
         return self
@@ -175,6 +183,11 @@ class RunConfig(_Strict):
         "0: every step samples from the checkpoint it trains (synchronous).",
     )
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Replicas, Ray, GPU work pool, device queue.")
+    server: ServerOptions = Field(
+        default_factory=ServerOptions,
+        description="Settings of the vLLM server the run starts (dtype, context length, prefix caching...); "
+        "ignored when inference_url names a running server.",
+    )
 
     @field_validator("project")
     @classmethod
@@ -189,12 +202,15 @@ class RunConfig(_Strict):
     @field_validator("base_model")
     @classmethod
     def _base_model(cls, v: str) -> str:
+        if v.endswith(".gguf") or os.path.isfile(os.path.expanduser(v)):
+            return resolve_base_model(v)  # converted once into a cached model folder (art_core.base_models)
         if _looks_local(v):
             path = os.path.abspath(os.path.expanduser(v))
             if not os.path.isfile(os.path.join(path, "config.json")):
                 raise ValueError(
                     f"base model {v!r} is not a model folder (no config.json at {path}); build the tiny one with "
-                    "`python -m art_core.testing.tiny_model PATH` or point at a downloaded model"
+                    "`python -m art_core.testing.tiny_model PATH`, get a real one with `python -m art_core.base_models "
+                    "smollm2`, or point at a downloaded model folder or a .gguf file"
                 )
             return path
         return v
@@ -269,6 +285,14 @@ class RunConfig(_Strict):
         if temperature is None:
             temperature = self.environment._recommended_sampling.get("temperature", self.sampling.temperature)
         return {**self.sampling.model_dump(), "temperature": temperature}
+
+    @model_validator(mode="after")
+    def _tools_reach_the_prompt(self) -> "RunConfig":
+        # A template that drops `tools=` would train a tool task on prompts without the tools: refuse it here,
+        # before any server starts (the environment's tools are known once it loads).
+        if self.environment._has_tools and _looks_local(self.base_model):
+            check_template_shows_tools(self.base_model)
+        return self
 
     @model_validator(mode="after")
     def _constrained_sampling_needs_recomputed_logprobs(self) -> "RunConfig":

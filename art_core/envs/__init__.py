@@ -17,6 +17,8 @@ SHIPPED = {
     "airline": "art_core.envs.airline",
     "2048": "art_core.envs.game_2048",
     "tic-tac-toe": "art_core.envs.tictactoe",
+    "word-quiz": "art_core.envs.word_quiz",  # free text, for a small real model (SmolLM2-135M)
+    "price-lookup": "art_core.envs.price_lookup",  # a tool call, then an answer, for a small real model
     "tau2-retail": "art_core.envs.tau2.retail",  # tau2-bench's own data (the [tau2] extra)
     "tau2-airline": "art_core.envs.tau2.airline",
     "mcp": "art_core.envs.mcp",  # any MCP server: options command=[...] or url=... (the `mcp` SDK)

@@ -9,13 +9,14 @@ Importing this package loads neither torch nor vLLM: the server is a child proce
 """
 
 from art_core.inference.lora import AdapterError, AdapterManager, parse_step_name, step_name, write_zero_adapter
-from art_core.inference.server import ServerConfig, ServerError, VLLMServer, detect_device
+from art_core.inference.server import ServerConfig, ServerError, ServerOptions, VLLMServer, detect_device
 
 __all__ = [
     "AdapterError",
     "AdapterManager",
     "ServerConfig",
     "ServerError",
+    "ServerOptions",
     "VLLMServer",
     "detect_device",
     "parse_step_name",

@@ -98,11 +98,29 @@ def render(tokenizer: Any, messages: list[dict], tools: list | None, add_generat
     """The chat template's text for `messages` (with `tools` when given)."""
     kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
     if tools:
+        _refuse_templates_that_hide_tools(tokenizer)
         kwargs["tools"] = tools
     text = tokenizer.apply_chat_template(messages, **kwargs)
     if not isinstance(text, str):  # some tokenizers return a list for batched input
         text = text[0]
     return text
+
+
+_shows_tools: dict[int, bool] = {}
+
+
+def _refuse_templates_that_hide_tools(tokenizer: Any) -> None:
+    """A template that ignores `tools` would train on prompts that never showed the model its tools."""
+    from art_core.chat_template import renders_tools, require_tool_template
+
+    key = id(tokenizer)
+    if key not in _shows_tools:
+        _shows_tools[key] = renders_tools(tokenizer)
+    if not _shows_tools[key]:
+        try:
+            require_tool_template(tokenizer, getattr(tokenizer, "name_or_path", "the base model"))
+        except ValueError as e:
+            raise ChatTemplateError(str(e)) from None
 
 
 def check_prefix_preserving(
