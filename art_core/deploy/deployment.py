@@ -6,7 +6,7 @@
 
 Targets (`deploy_to`):
 - `vllm`: our own vLLM server with the step's adapter loaded under the model's name (stop it with
-  `deployment.stop()`).
+  `deployment.stop()`); or, given `inference_url`, a running server of ours, the step loaded as `name@step`.
 - `merged`: the adapter merged into the base weights, saved as safetensors next to the export
   (`exports/{step:04d}-merged/`): any vLLM or transformers loads it, no LoRA support needed.
 - `together`: the adapter archived to S3, handed to Together's upload API (its official SDK) by a
@@ -123,6 +123,7 @@ async def deploy_model(
     poll_interval_s: float = 15.0,
     timeout_s: float = 900.0,
     port: int = 0,
+    inference_url: str | None = None,
     verbose: bool = False,
     provider: Target | None = None,
 ) -> Deployment:
@@ -131,6 +132,7 @@ async def deploy_model(
     model: a TrainableModel (its backend's storage) or a ModelRef. base_model: the base's name as the
     service knows it (`Qwen/Qwen2.5-72B-Instruct`) when the model was trained from a local copy; default
     the model's own. upload_to: an s3:// prefix for Together's archive when storage is a local folder.
+    inference_url: for `vllm`, a running vLLM server of ours to load the step into (api_key: its key).
     wait_for_completion: poll the service until the model is ready or failed (Together). `provider` is
     ART's newer name for `deploy_to`.
 
@@ -164,6 +166,13 @@ async def deploy_model(
 
     export_uri = await asyncio.to_thread(export_adapter, storage, project, name, step, base)
     common = dict(target=target, step=step, export_uri=export_uri)
+    if target == "vllm" and inference_url:
+        from art_core import serving
+
+        endpoint = await asyncio.to_thread(serving.discover_endpoint, inference_url, api_key)
+        served = await asyncio.to_thread(serving.serve_step, endpoint, storage.model(project, name), base, step)
+        return Deployment(model_name=served, endpoint=endpoint.base_url, status="serving",
+                          message=f"{endpoint.base_url} serves step {step} as {served!r}", **common)
     if target == "vllm":
         from art_core.deploy.serve import serve_adapter
 

@@ -1,6 +1,7 @@
 """deploy_to="merged": the merged safetensors folder answers like base + adapter, through real vLLM.
 
-The session's vLLM server serves the tiny model with the step's adapter loaded (LoRA applied at run time);
+The session's vLLM server serves the tiny model with the step's adapter loaded by deploy_to="vllm" (LoRA
+applied at run time);
 a second server, started here, serves the merged folder as a plain model. Greedy tokens must be the same
 and their logprobs close: both servers run the same dtype (float32 on a CPU without bf16, where the
 measured difference is 0.0000 nats; in bf16 LoRA's separate low-rank product and the merged weight round
@@ -15,7 +16,7 @@ import os
 import pytest
 
 from art_core.deploy import deploy_model
-from art_core.serving import Endpoint, load_adapter
+from art_core.serving import Endpoint
 from art_core.storage import Storage
 from art_core.store import ModelRef
 from tests.deploy.conftest import write_checkpoint
@@ -39,17 +40,18 @@ async def test_merged_export_answers_like_base_plus_adapter(vllm_endpoint, tiny_
     from art_core.inference.server import ServerConfig, VLLMServer
 
     storage = Storage(str(tmp_path / "art"))
-    write_checkpoint(storage, "proj", "agent", 1, tiny_model_path, seed=3)
-    d = await deploy_model("merged", ModelRef(storage_url=storage.root, project="proj", model="agent",
-                                              base_model=tiny_model_path), step=1)
-    assert (d.status, d.model_name, d.endpoint) == ("saved", "agent", None)
+    write_checkpoint(storage, "proj", "merge-agent", 1, tiny_model_path, seed=3)
+    ref = ModelRef(storage_url=storage.root, project="proj", model="merge-agent", base_model=tiny_model_path)
+    d = await deploy_model("merged", ref, step=1)
+    assert (d.status, d.model_name, d.endpoint) == ("saved", "merge-agent", None)
     files = set(os.listdir(d.uri))
     assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "COMPLETE"} <= files
     assert not any(f.startswith("adapter_") for f in files), "a merged folder is a plain model, not an adapter"
     assert "quantization_config" not in json.loads(open(os.path.join(d.uri, "config.json")).read())
 
+    served = await deploy_model("vllm", ref, 1, inference_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key)
+    assert (served.status, served.model_name, served.endpoint) == ("serving", "merge-agent@1", vllm_endpoint.base_url)
     session = Endpoint(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key, base_name=vllm_endpoint.model)
-    load_adapter(session, "deploy-merge@1", storage.checkpoint_path("proj", "agent", 1))
     merged = VLLMServer(ServerConfig(model=d.uri, served_model_name="merged", enable_lora=False,
                                      log_path=str(tmp_path / "merged-server.log")))
     merged.start()
@@ -58,7 +60,7 @@ async def test_merged_export_answers_like_base_plus_adapter(vllm_endpoint, tiny_
         async with session.client() as with_lora, ours.client() as plain:
             diffs, changed = [], False
             for messages in PROMPTS:
-                lora_ids, lora_lps = await _greedy(with_lora, "deploy-merge@1", messages)
+                lora_ids, lora_lps = await _greedy(with_lora, served.model_name, messages)
                 merged_ids, merged_lps = await _greedy(plain, "merged", messages)
                 base_ids, _ = await _greedy(with_lora, vllm_endpoint.model, messages)
                 assert merged_ids == lora_ids, f"merged {merged_ids} != base+adapter {lora_ids}"
