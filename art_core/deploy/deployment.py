@@ -185,7 +185,11 @@ async def deploy_model(
     if target == "merged":
         from art_core.deploy.merge import merge_adapter
 
-        uri = await asyncio.to_thread(merge_adapter, storage, project, name, step, base)
+        try:
+            uri = await asyncio.to_thread(merge_adapter, storage, project, name, step, base)
+        except Exception as e:  # out of memory, a base that does not fit the adapter, storage errors
+            raise DeployError(f"merging step {step} into {base} failed: {e}. The adapter export is intact at "
+                              f"{export_uri}.") from e
         return Deployment(model_name=name, status="saved", uri=uri, message=(
             f"merged weights at {uri}: python -m vllm.entrypoints.openai.api_server --model <local copy> "
             f"--served-model-name {name}"), **common)
