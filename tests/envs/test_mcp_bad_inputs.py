@@ -67,6 +67,8 @@ if MODE == "bad_schema":  # a hand-written JSON-RPC loop: the SDK's server would
                   "serverInfo": {"name": "toy", "version": "0"}} if msg["method"] == "initialize" else {
                   "tools": json.loads(os.environ["TOY_TOOLS"])}
         print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+elif MODE == "http":
+    server.run("streamable-http", host="127.0.0.1", port=int(os.environ["TOY_PORT"]))
 else:
     server.run("stdio")
 '''
