@@ -183,13 +183,139 @@ async def bench(model_dir: str, store: str, device: str, args: argparse.Namespac
     return {"rounds": rounds, "server_start_s": statistics.median(start_s)}
 
 
+# ---- the real model: ours vs vLLM's own server, float32 vs bfloat16, what prefix caching saves ---------------
+class PlainServer:
+    """Raw vLLM at its best for this model: its own OpenAI server with the flags a user would give it here
+    (the dtype and whole-prompt prefills ours uses, no LoRA, no middleware), asked by a plain client."""
+
+    def __init__(self, model_dir: str, dtype: str) -> None:
+        from art_core.inference.server import ServerConfig, VLLMServer
+
+        # The same process handling as ours (own process group, stopped by id), none of our additions.
+        self.server = VLLMServer(ServerConfig(model=model_dir, served_model_name="plain", dtype=dtype, enable_lora=False,
+                                              tool_call_parser=None, return_tokens_as_token_ids=False,
+                                              compact_json=False, require_api_key=False))  # fmt: skip
+        self.server.command = self._command
+
+    def _command(self) -> list[str]:
+        from art_core.inference.server import VLLMServer
+
+        args = VLLMServer.command(self.server)
+        i = args.index("--middleware")
+        return args[:i] + args[i + 2:]
+
+    async def run(self, rollouts: int, turns: int, tokens: int) -> tuple[int, float]:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=self.server.base_url, api_key="none", max_retries=0)
+
+        async def rollout(i: int) -> int:
+            messages, generated = first_messages(i), 0
+            for t in range(turns):
+                r = await client.chat.completions.create(model="plain", messages=messages, tools=TOOLS, max_tokens=tokens,
+                                                         temperature=1.0, seed=1000 * i + t, extra_body={"ignore_eos": True})  # fmt: skip
+                generated += r.usage.completion_tokens
+                messages += [{"role": "assistant", "content": r.choices[0].message.content or ""}, follow_up(t)]
+            return generated
+
+        await asyncio.gather(*(client.chat.completions.create(model="plain", messages=first_messages(i), max_tokens=8)
+                               for i in range(rollouts)))  # fmt: skip
+        t0 = time.perf_counter()
+        counts = await asyncio.gather(*(rollout(i) for i in range(rollouts)))
+        return sum(counts), time.perf_counter() - t0
+
+
+def _cache_counters(root_url: str, headers: dict) -> dict[str, float]:
+    """vLLM's prompt-token and prefix-cache counters from /metrics (tokens, summed over engines)."""
+    import httpx
+
+    text = httpx.get(f"{root_url}/metrics", headers=headers, timeout=30).text
+    out = {"prompt": 0.0, "queries": 0.0, "hits": 0.0}
+    names = {"vllm:prompt_tokens_total": "prompt", "vllm:prefix_cache_queries_total": "queries",
+             "vllm:prefix_cache_hits_total": "hits"}  # fmt: skip
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in names:
+            out[names[name]] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> dict:
+    """Rounds of: ours in float32, vLLM's own server in float32, ours in bfloat16; one engine alive at a time."""
+    from art_core.local_backend import LocalBackend
+
+    shape = (args.rollouts, args.turns, args.tokens)
+    rounds = []
+    for r in range(args.repeats):
+        row = {}
+        for dtype in ("float32", "bfloat16"):
+            ours = Endpoint(model_dir, store)
+            ours.backend = LocalBackend(path=store, cache_dir=os.path.join(store, "cache"), server_config={"dtype": dtype})
+            await ours.start()
+            server = ours.backend.server_for(ours.model)
+            try:
+                before = _cache_counters(server.root_url, server.headers())
+                row[f"ours_{dtype}"] = await ours.run(*shape, warm_up=True)
+                after = _cache_counters(server.root_url, server.headers())
+                if dtype == "float32":
+                    row["cache"] = {k: after[k] - before[k] for k in after}
+            finally:
+                await ours.backend.close()
+            if dtype == "float32":
+                plain = PlainServer(model_dir, dtype)
+                plain.server.start()
+                try:
+                    row["raw_float32"] = await plain.run(*shape)
+                finally:
+                    plain.server.stop()
+        rounds.append(row)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[1]:.1f} s" for k, v in row.items() if k != "cache"), flush=True)
+    return {"rounds": rounds}
+
+
+def report_real(result: dict, args: argparse.Namespace) -> list[str]:
+    rounds = result["rounds"]
+    tokens = rounds[0]["ours_float32"][0]
+    med = {k: statistics.median(r[k][1] for r in rounds) for k in ("ours_float32", "raw_float32", "ours_bfloat16")}
+    cache = rounds[-1]["cache"]
+    turns = args.rollouts * args.turns
+    return [
+        f"Inference with a real model: SmolLM2-135M-Instruct (the registry's GGUF, dequantized), {args.rollouts} concurrent "
+        f"rollouts x {args.turns} turns x {args.tokens} generated tokens per turn, tools offered (vLLM {_vllm_version()}).",
+        "Ours: LocalBackend's server, step 0 as a zero LoRA adapter, logprobs + token ids on every reply. Raw: vLLM's own "
+        "OpenAI server, same dtype and prefill settings, no LoRA, no middleware, a plain openai client, no logprobs.",
+        f"Median of {len(rounds)} rounds; one engine alive at a time. Machine: {os.cpu_count()} cores, "
+        f"{platform.processor() or platform.machine()}, bf16 instructions: {_bf16()}.",
+        "",
+        f"{'path':<40} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}",
+        *(f"{label:<40} {tokens:>7} {med[k]:>8.2f} {tokens / med[k]:>9.1f}" for k, label in
+          (("ours_float32", "ours, float32"), ("raw_float32", "vLLM's own server, float32"),
+           ("ours_bfloat16", "ours, bfloat16")) ),  # fmt: skip
+        "",
+        f"ratio ours / raw vLLM (float32): {med['raw_float32'] / med['ours_float32']:.2f} (goal >= 0.95)",
+        f"float32 / bfloat16 speed (ours): {med['ours_bfloat16'] / med['ours_float32']:.2f}x",
+        f"prefix caching (ours, float32, last round): {cache['prompt']:.0f} prompt tokens over {turns} turns "
+        f"({cache['prompt'] / turns:.0f} per turn), {cache['hits']:.0f} served from the cache "
+        f"({cache['hits'] / max(cache['queries'], 1):.0%} of the {cache['queries']:.0f} looked up): "
+        f"{(cache['prompt'] - cache['hits']) / turns:.0f} tokens per turn prefilled",
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other processes share them)",
+    ]
+
+
+def _bf16() -> str:
+    from art_core.inference.server import cpu_has_bf16
+
+    return "yes" if cpu_has_bf16() else "no (AVX2 only)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rollouts", type=int, default=32)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64, help="generated tokens per assistant turn")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per side, one engine alive at a time (median reported)")
-    parser.add_argument("--size", default="small", choices=["tiny", "small"])
+    parser.add_argument("--size", default="small", choices=["tiny", "small", "smollm2"],
+                        help="smollm2: the real model (ours vs vLLM's own server, float32 vs bfloat16, prefix caching)")
     parser.add_argument("--out", default=None, help="results file (default bench/results/inference-<device>.txt)")
     args = parser.parse_args()
 
@@ -197,6 +323,17 @@ def main() -> None:
     from art_core.testing.tiny_model import build_tiny_model, model_info
 
     device = detect_device()
+    if args.size == "smollm2":
+        from art_core.base_models import smollm2
+
+        with tempfile.TemporaryDirectory(prefix="bench-inference-") as tmp:
+            result = asyncio.run(bench_real(str(smollm2()), os.path.join(tmp, "art"), args))
+        text = "\n".join(report_real(result, args))
+        print(text)
+        out = args.out or os.path.join(RESULTS_DIR, f"inference-real-{device}.txt")
+        with open(out, "w") as f:
+            f.write(text + "\n")
+        return
     with tempfile.TemporaryDirectory(prefix="bench-inference-") as tmp:
         model_dir = build_tiny_model(os.path.join(tmp, args.size), size=args.size)
         info = model_info(model_dir)

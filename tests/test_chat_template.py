@@ -58,15 +58,24 @@ def test_a_template_that_drops_tools_gets_them_in_the_system_turn(toolless_model
 
 def test_multi_turn_tool_trajectories_tokenize_against_the_new_template(toolless_model):
     """A call, its result and an answer: the sampled turns are spliced in and every prompt is a prefix."""
+    from art_core.chat_template import ensure_tool_template
+
+    ensure_tool_template(toolless_model)
+    _check_multi_turn_tokenization(toolless_model)
+
+
+def test_multi_turn_tool_trajectories_tokenize_against_smollm2s_real_tokenizer(smollm2_path):
+    _check_multi_turn_tokenization(smollm2_path)
+
+
+def _check_multi_turn_tokenization(model_dir: str) -> None:
     from openai.types.chat.chat_completion import Choice
     from transformers import AutoTokenizer
 
-    from art_core.chat_template import ensure_tool_template
     from art_core.training.tokenize import tokenize_trajectory
     from art_core.trajectories import Trajectory
 
-    ensure_tool_template(toolless_model)
-    tok = AutoTokenizer.from_pretrained(toolless_model)
+    tok = AutoTokenizer.from_pretrained(model_dir)
 
     def choice(text: str, calls=None) -> Choice:
         ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
