@@ -5,7 +5,7 @@
     'lookup_price'
 
 A customer asks what an item costs. The store's prices are in a small database that only the
-`lookup_price(item)` tool reads, so the model cannot know them: turn 1 is the tool call, turn 2 the
+`lookup_price(item)` tool reads, drawn anew for every scenario, so the model cannot know or memorise them: turn 1 is the tool call, turn 2 the
 answer written after reading the tool's result. The answer decides the reward:
 
 - 1.0: the answer states the item's price (the number, with or without "$");
@@ -34,10 +34,11 @@ from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes,
 from art_core.envs.tau.forced_calls import tool_call_regex
 from art_core.trajectories import Trajectory
 
+# Sixteen items: the catalogue is listed in the tool's schema, so every prompt (and every trained sequence)
+# carries it; on 2 cores a train step's time grows with it (30 items: about 85 s a step of 32 rollouts).
 ITEMS = (
-    "lamp", "chair", "table", "pillow", "blanket", "kettle", "toaster", "mirror", "candle", "basket", "ladder",
-    "hammer", "bucket", "umbrella", "backpack", "notebook", "pencil", "scissors", "teapot", "clock", "rug", "fan",
-    "stool", "vase", "towel", "jacket", "scarf", "wallet", "helmet", "bottle",
+    "lamp", "chair", "pillow", "kettle", "toaster", "mirror", "candle", "basket", "ladder", "hammer", "umbrella",
+    "backpack", "teapot", "clock", "towel", "wallet",
 )  # fmt: skip
 QUESTION = "How much does the {item} cost? Look it up with the lookup_price tool, then tell me the price."
 
@@ -47,19 +48,19 @@ class PriceLookupOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(0, description="Draws the prices and which items each split asks about.")
+    seed: int = Field(0, description="Draws each scenario's prices and which item it asks about.")
     force_call: bool = Field(True, description="Hold turn 1 to a well-formed lookup_price call (structured outputs).")
-    answer_tokens: int = Field(48, ge=8, description="Most tokens of the answer (turn 2).")
+    answer_tokens: int = Field(32, ge=8, description="Most tokens of the answer (turn 2).")
     split_sizes: SplitSizes = Field(default_factory=lambda: {"train": 150, "val": 40, "test": 40})
 
 
-def prices(seed: int) -> dict[str, int]:
-    """The catalogue: item -> price in whole dollars (5-99), the same for a seed.
+def prices(key: str) -> dict[str, int]:
+    """A catalogue: item -> price in whole dollars (5-99), drawn per scenario so no price can be memorised.
 
-    >>> prices(0) == prices(0)
+    >>> prices("a") == prices("a") != prices("b")
     True
     """
-    rng = random.Random(f"price-lookup-prices-{seed}")
+    rng = random.Random(f"price-lookup-prices-{key}")
     return {item: rng.randint(5, 99) for item in ITEMS}
 
 
@@ -79,7 +80,6 @@ class PriceLookupEnv(Environment):
 
     def __init__(self, **options: Any) -> None:
         self.options = PriceLookupOptions(**options)
-        self.prices = prices(self.options.seed)
 
     @property
     def constrains_sampling(self) -> bool:
@@ -93,7 +93,7 @@ class PriceLookupEnv(Environment):
                 "description": "Look up what an item of the store costs, in dollars.",
                 "parameters": {
                     "type": "object",
-                    "properties": {"item": {"type": "string", "enum": sorted(self.prices),
+                    "properties": {"item": {"type": "string", "enum": sorted(ITEMS),
                                             "description": "The item's name, as the customer said it."}},
                     "required": ["item"],
                 },
@@ -108,7 +108,8 @@ class PriceLookupEnv(Environment):
         for name in SPLITS:
             size = self.options.split_sizes.get(name, 0)
             if name == split:
-                return [Scenario(id=f"price-lookup-{split}-{i:04d}", split=split, data={"item": item})
+                return [Scenario(id=f"price-lookup-{split}-{i:04d}", split=split,
+                                 data={"item": item, "prices": prices(f"{self.options.seed}-{split}-{i}")})
                         for i, item in enumerate(asked[start:start + size])]  # fmt: skip
             start += size
         raise AssertionError("unreachable")
@@ -116,7 +117,7 @@ class PriceLookupEnv(Environment):
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Turn 1: the lookup call; the tool answers from the catalogue; turn 2: the answer, scored."""
         sampling, extra_body = turn_sampling(sampling)
-        item = scenario.data["item"]
+        item, catalogue = scenario.data["item"], scenario.data["prices"]
         tools = self.tools()
         traj = Trajectory(messages_and_choices=[{"role": "user", "content": QUESTION.format(item=item)}], tools=tools,
                           metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split})  # fmt: skip
@@ -134,7 +135,7 @@ class PriceLookupEnv(Environment):
                 looked_up = json.loads(calls[0].function.arguments).get("item")
             except (ValueError, AttributeError):
                 looked_up = None
-            result = ({"item": looked_up, "price": f"${self.prices[looked_up]}"} if looked_up in self.prices
+            result = ({"item": looked_up, "price": f"${catalogue[looked_up]}"} if looked_up in catalogue
                       else {"error": f"no item called {looked_up!r}"})  # fmt: skip
             traj.messages_and_choices.append({"role": "tool", "tool_call_id": calls[0].id, "content": json.dumps(result)})
         answer = ""
@@ -145,7 +146,7 @@ class PriceLookupEnv(Environment):
                                                           logprobs=True, extra_body=extra_body, **turn2)  # fmt: skip
             traj.messages_and_choices.append(second.choices[0])
             answer = second.choices[0].message.content or ""
-        said = states_price(answer, self.prices[item])
+        said = states_price(answer, catalogue[item])
         traj.reward = 1.0 if said else 0.0
         traj.metrics.update(right_item=looked_up == item, price_said=said, called=bool(calls))
         traj.metadata["looked_up"] = looked_up
