@@ -5,7 +5,8 @@ A step's rollouts go to N endpoints that all serve the step's adapter under the 
 - replicas given by URL (a cluster's nodes, `python -m art_core.replica`), or started by us: in this
   process (ServerPool) or, with `on="ray"`, as Ray actors placed by the cluster (one GPU each on GPU nodes);
 - balanced by load: each rollout takes the endpoint with the fewest rollouts in flight when it starts
-  (at most 64 run at once, so later rollouts go wherever earlier ones finished first); on Ray the driver
+  (art_core.rollouts.Balancer; at most 64 run at once, so later rollouts go wherever earlier ones
+  finished first); on Ray the driver
   hands out whole groups the same way, a few per replica at a time;
 - a replica that does not share this machine's files gets each adapter as a storage URL and fetches it
   itself (art_core.serving.adapter_source), never as a local path.
@@ -27,14 +28,14 @@ import os
 import secrets
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.serving import Endpoint, ServerPool, discover_endpoint
 
 if TYPE_CHECKING:
-    from art_core.envs.base import Environment, Scenario
+    from art_core.envs.base import Scenario
     from art_core.rollouts import RolloutSpec
     from art_core.trajectories import TrajectoryGroup
 
@@ -69,41 +70,6 @@ class Replicas(BaseModel):
         pool = pool or PROCESS_POOL
         servers = [pool.get(base_model, max_lora_rank=max_lora_rank, replica=i) for i in range(self.count)]
         return [Endpoint.of(s) for s in servers]
-
-
-# ---- balancing in this process ---------------------------------------------------------------------
-class Balancer:
-    """Least-in-flight choice among endpoints, one lease per rollout (ties: the one that served fewer)."""
-
-    def __init__(self, endpoints: list[Endpoint]) -> None:
-        if not endpoints:
-            raise ValueError("no inference endpoint to roll out on")
-        self.endpoints = endpoints
-        self.clients = [e.client() for e in endpoints]
-        self.in_flight = [0] * len(endpoints)
-        self.served = [0] * len(endpoints)
-
-    @contextlib.asynccontextmanager
-    async def lease(self) -> AsyncIterator[tuple[Endpoint, Any]]:
-        i = min(range(len(self.endpoints)), key=lambda k: (self.in_flight[k], self.served[k]))
-        self.in_flight[i] += 1
-        try:
-            yield self.endpoints[i], self.clients[i]
-        finally:
-            self.in_flight[i] -= 1
-            self.served[i] += 1
-
-    async def close(self) -> None:
-        for c in self.clients:
-            await c.close()
-
-
-async def balanced_rollout(env: "Environment", balancer: Balancer, model: str, scenario: "Scenario", **sampling: Any):
-    """One rollout on the least busy endpoint; the trajectory records which one."""
-    async with balancer.lease() as (endpoint, client):
-        trajectory = await env.rollout(client, model, scenario, **sampling)
-    trajectory.metadata["replica"] = endpoint.base_url
-    return trajectory
 
 
 # ---- Ray ---------------------------------------------------------------------------------------------

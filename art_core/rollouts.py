@@ -11,8 +11,9 @@ Servers and adapters are art_core.serving's; the reuse-or-roll-out decision is a
 
 from __future__ import annotations
 
+import contextlib
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,11 +96,9 @@ async def rollout_groups(
     """Roll each scenario out `group_size` times against `model`; groups in scenario order.
 
     Given several endpoints (replicas serving `model` under the same name), each rollout goes to the one
-    with the fewest rollouts in flight (art_core.fanout.Balancer) and records it in its metadata. Each
+    with the fewest rollouts in flight (Balancer, below) and records it in its metadata. Each
     group's metadata records the scenario id, so a stored step can be traced back to its inputs.
     """
-    from art_core.fanout import Balancer, balanced_rollout
-
     balancer = Balancer(endpoint if isinstance(endpoint, list) else [endpoint])
     sampling = sampling or {}
     try:
@@ -113,6 +112,41 @@ async def rollout_groups(
         return await gather_trajectory_groups(pending, max_exceptions=max_exceptions, pbar_desc=pbar_desc)
     finally:
         await balancer.close()
+
+
+# ---- several endpoints: the least busy one takes each rollout ---------------------------------------------------------------------
+class Balancer:
+    """Least-in-flight choice among endpoints, one lease per rollout (ties: the one that served fewer)."""
+
+    def __init__(self, endpoints: list[Endpoint]) -> None:
+        if not endpoints:
+            raise ValueError("no inference endpoint to roll out on")
+        self.endpoints = endpoints
+        self.clients = [e.client() for e in endpoints]
+        self.in_flight = [0] * len(endpoints)
+        self.served = [0] * len(endpoints)
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[tuple[Endpoint, Any]]:
+        i = min(range(len(self.endpoints)), key=lambda k: (self.in_flight[k], self.served[k]))
+        self.in_flight[i] += 1
+        try:
+            yield self.endpoints[i], self.clients[i]
+        finally:
+            self.in_flight[i] -= 1
+            self.served[i] += 1
+
+    async def close(self) -> None:
+        for c in self.clients:
+            await c.close()
+
+
+async def balanced_rollout(env: "Environment", balancer: Balancer, model: str, scenario: "Scenario", **sampling: Any):
+    """One rollout on the least busy endpoint; the trajectory records which one."""
+    async with balancer.lease() as (endpoint, client):
+        trajectory = await env.rollout(client, model, scenario, **sampling)
+    trajectory.metadata["replica"] = endpoint.base_url
+    return trajectory
 
 
 def reward_summary(groups: list[TrajectoryGroup]) -> dict[str, float]:

@@ -305,8 +305,17 @@ def make_tools(rules: AirlineRules) -> dict[str, ToolFn]:
     return tools
 
 
+def tools_for_policy(policy: str) -> dict[str, ToolFn]:
+    """The tools priced by this policy text (its fees and current time); a policy without them is refused.
+
+        tools = tools_for_policy(load_tau2_data("airline").policy)
+        tools["book_reservation"](db, ...)   # charges the policy's bag fee and insurance price
+    """
+    return make_tools(AirlineRules.from_policy(policy))
+
+
 def load_environment(**options: Any):
     """The `tau2-airline` environment; options are `Tau2Options` fields (data_dir, user, judge, ...)."""
     from art_core.envs.tau2.env import Tau2Env, Tau2Tools
 
-    return Tau2Env(Tau2Tools(name="tau2-airline", domain="airline", tools=None, schemas=SCHEMAS, write_tools=WRITE_TOOLS, make_tools=make_tools), **options)
+    return Tau2Env(Tau2Tools(name="tau2-airline", domain="airline", tools=None, schemas=SCHEMAS, write_tools=WRITE_TOOLS, make_tools=tools_for_policy), **options)

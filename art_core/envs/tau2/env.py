@@ -85,14 +85,15 @@ class Tau2Options(BaseModel):
 
 @dataclass
 class Tau2Tools:
-    """One tau2 domain's toolset; `make_tools(rules)` when prices come from the policy (airline)."""
+    """One tau2 domain's toolset; `make_tools(policy)` when the domain reads its prices from the policy
+    text (airline: the domain parses its own rules, so this generic env knows no domain)."""
 
     name: str
     domain: Literal["retail", "airline"]
     tools: dict[str, ToolFn] | None
     schemas: list[dict[str, Any]]
     write_tools: frozenset[str]
-    make_tools: Callable[[Any], dict[str, ToolFn]] | None = None
+    make_tools: Callable[[str], dict[str, ToolFn]] | None = None
 
 
 class Tau2Env(Environment):
@@ -115,9 +116,7 @@ class Tau2Env(Environment):
     def tools_by_name(self) -> dict[str, ToolFn]:
         if self.toolset.make_tools is None:
             return dict(self.toolset.tools or {})
-        from art_core.envs.tau2.airline import AirlineRules
-
-        return self.toolset.make_tools(AirlineRules.from_policy(self.data.policy))
+        return self.toolset.make_tools(self.data.policy)
 
     @property
     def constrains_sampling(self) -> bool:
