@@ -73,3 +73,9 @@ def test_deploy_flow_from_the_deployments_parameters(prefect_api, moto_s3, tiny_
     params["api_key_block"] = "no-such-block"
     with pytest.raises(ValueError, match="no Prefect Secret block named 'no-such-block'"):
         deploy_flow(DeployConfig.model_validate(params))
+
+    params.update(deploy_to=None)  # the form's empty choice: export the adapter only, as before targets existed
+    exported = deploy_flow(DeployConfig.model_validate(params))
+    assert (exported.target, exported.export_uri) == (None, f"{moto_s3}/flowproj/models/agent-001/exports/0001")
+    note = _artifact(artifact_key("flowproj", "agent-001", "deploy"))
+    assert f"`{exported.export_uri}`" in note and "art_core.deploy.serve" in note
