@@ -58,6 +58,7 @@ def test_deploy_flow_from_the_deployments_parameters(prefect_api, moto_s3, tiny_
     # The form's fields a user changes for Together; the key lives in a Secret block, not in the environment.
     monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
     Secret(value=KEY).save("together-deploy-test", overwrite=True)
+    together_api.script = ["Complete"]  # ready at the first poll: the flow polls every 15 s (test_together polls)
     params.update(deploy_to="together", served_base_model="Qwen/Qwen2.5-72B-Instruct",
                   api_key_block="together-deploy-test")
     summary = deploy_flow(DeployConfig.model_validate(params))
