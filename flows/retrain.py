@@ -56,7 +56,7 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
         return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url).reward
 
     old = read_promoted(storage, run.project, run.model)
-    deployment = None
+    deployment, deploy_error = None, None
     # Before any promotion the step we started from is the one to beat (step 0 is the base model).
     old_step = old["step"] if old else latest
     old_reward = reward_of(old_step)
@@ -65,9 +65,14 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
         promote(storage, run.project, run.model, new_step, new_reward, e.split)
         message = f"promoted step {new_step}: reward {new_reward:.3f} beats step {old_step}'s {old_reward:.3f}"
         if config.deploy.deploy_to:
-            d = deploy_to_target(ref, new_step, config.deploy)
-            deployment = d.model_dump(include={"target", "step", "endpoint", "model_name", "status", "uri"})
-            message += f"; deployed to {d.target}: {d.endpoint or d.uri} as {d.model_name!r} ({d.status})"
+            try:
+                d = deploy_to_target(ref, new_step, config.deploy)
+            except Exception as e:  # the promotion stands; the artifact says what failed, then the run fails
+                deploy_error = e
+                message += f"; deploying it to {config.deploy.deploy_to} failed: {e}"
+            else:
+                deployment = d.model_dump(include={"target", "step", "endpoint", "model_name", "status", "uri"})
+                message += f"; deployed to {d.target}: {d.endpoint or d.uri} as {d.model_name!r} ({d.status})"
         else:
             export_adapter(ref, new_step)
     else:
@@ -86,6 +91,8 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
         + (f"\ndeployed: target {deployment['target']}, step {deployment['step']}, endpoint "
            f"{deployment['endpoint'] or deployment['uri']}, model `{deployment['model_name']}`\n" if deployment else "")),
         description=f"{run.model}: {decision}")  # fmt: skip
+    if deploy_error is not None:
+        raise deploy_error
     return RetrainSummary(promoted_step=promoted_now["step"] if promoted_now else old_step, previous_step=old_step,
                           new_step=new_step, new_reward=new_reward, promoted_reward=old_reward,
                           promoted=promoted_now is not None and promoted_now["step"] == new_step, message=message,
