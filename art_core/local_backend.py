@@ -214,6 +214,34 @@ class LocalBackend(Backend):
             log.warning("%s trained to step %d: %s", model.name, result.step, result.metrics)
         return result
 
+    async def train_sft(self, model: TrainableModel, trajectories: list, config: Any = None, verbose: bool = False,
+                        train_config: "TrainConfig | None" = None) -> TrainResult:
+        """Supervised fine-tuning of the model's adapter (ART's `train_sft`): checkpoint step + 1, then served.
+
+        `trajectories` are conversations ending with an assistant message (art_core.sft reads them from JSONL);
+        `config` is a TrainSFTConfig (or its dict); `train_config` gives the LoRA shape (default: the model's).
+        """
+        from art_core.dev import resolve_train_config
+        from art_core.sft import TrainSFTConfig, sft_and_record
+
+        if (model.project, model.name) not in self._models:
+            raise RuntimeError(f"model {model.name!r} is not registered with this backend: `await model.register(backend)`")
+        config = config if isinstance(config, TrainSFTConfig) else TrainSFTConfig(**(config or {}))
+        train_config = resolve_train_config(model, train_config)
+        store = self.storage.model(model.project, model.name)
+        async with self._lock:
+            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=train_config.lora_rank)
+            await self.ensure_serving()
+            step = await self.get_step(model)
+            result = await asyncio.to_thread(sft_and_record, store, model.base_model, list(trajectories), config,
+                                             train_config, step, servers=[server])
+            await self.ensure_serving()
+            await self._serve(model, server, result.step)
+        model._step = result.step
+        if verbose:
+            log.warning("%s fine-tuned to step %d: %s", model.name, result.step, result.metrics)
+        return result
+
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str = "val/reward") -> list[int]:
         """Keep the latest step and the best by `best_checkpoint_metric`; delete the rest and unload their adapters."""
         from art_core.training.checkpoints import prune_checkpoints

@@ -281,6 +281,15 @@ class TrainableModel(Model[ConfigT]):
             log.warning("%s trained to step %d: %s", self.name, result.step, result.metrics)
         return result
 
+    async def train_sft(self, trajectories: "Iterable[Any]", config: Any = None, verbose: bool = False) -> "TrainResult":
+        """Supervised fine-tuning on conversations (ART's `model.train_sft`); same as `backend.train_sft(self, ...)`.
+
+        config: `TrainSFTConfig(learning_rate=..., batch_size=..., assistant_turns=...)` (art_core.sft).
+        """
+        result = await self.backend.train_sft(self, list(trajectories), config, verbose=verbose)
+        self._step = result.step
+        return result
+
     async def delete_checkpoints(self, best_checkpoint_metric: str = "val/reward") -> list[int]:
         """Keep the latest step and the best one by a validation metric; delete the rest. Returns deleted steps."""
         return await self.backend.delete_checkpoints(self, best_checkpoint_metric)

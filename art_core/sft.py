@@ -1,0 +1,296 @@
+"""Supervised fine-tuning with ART's names: chat-format JSONL in, the model's next checkpoint out.
+
+    await model.train_sft(trajectories, config=TrainSFTConfig(learning_rate=5e-5))   # ART's entry point
+    await backend.train_sft(model, trajectories, config)                             # the same, backend-first
+    await train_sft_from_file(model, "data/train.jsonl", epochs=3, peak_lr=2e-4)     # art.utils.sft's helper
+
+Each line of the file is {"messages": [...], "tools": [...]?} in OpenAI's chat format, the last message
+the assistant's. SFT trains the LoRA adapter GRPO trains and writes the model's next checkpoint, so a
+GRPO run (backend.train, or the train flow) continues from it with its step numbering. The Prefect
+`sft` flow (flows/sft.py) runs the same steps as cached, resumable tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from art_core.training.sft import TrainSFTConfig
+from art_core.trajectories import Trajectory
+
+if TYPE_CHECKING:
+    from art_core.backend import TrainResult
+    from art_core.model import TrainableModel
+    from art_core.store import ModelStore
+    from art_core.training.config import TrainConfig
+
+__all__ = [
+    "SFTChunk",
+    "SFTSpec",
+    "TrainSFTConfig",
+    "create_sft_dataset_iterator",
+    "learning_rates",
+    "parse_sft_lines",
+    "read_sft_file",
+    "sft_and_record",
+    "sft_epoch",
+    "sft_plan",
+    "train_sft_from_file",
+]
+
+
+def parse_sft_lines(text: str, source: str = "SFT data") -> list[Trajectory]:
+    """Trajectories from chat-format JSONL text; a bad line raises naming its number and what to fix.
+
+    >>> [t.messages()[-1]["content"] for t in parse_sft_lines('{"messages": [{"role": "user", "content": "hi"}, '
+    ...                                                        '{"role": "assistant", "content": "yo"}]}')]
+    ['yo']
+    """
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source} line {n}: not JSON ({e.msg})") from None
+        messages = row.get("messages") if isinstance(row, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(f"{source} line {n}: needs a non-empty 'messages' list of chat messages")
+        roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+        if bad := [r for r in roles if r not in ("system", "user", "assistant", "tool")]:
+            raise ValueError(f"{source} line {n}: role {bad[0]!r} is not system, user, assistant or tool")
+        if roles[-1] != "assistant":
+            raise ValueError(f"{source} line {n}: the last message must be the assistant's (it is {roles[-1]!r})")
+        tools = row.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise ValueError(f"{source} line {n}: 'tools' must be a list of OpenAI tool definitions")
+        out.append(Trajectory(messages_and_choices=messages, tools=tools))
+    if not out:
+        raise ValueError(f"{source} holds no examples")
+    return out
+
+
+def read_sft_file(path: str) -> list[Trajectory]:
+    """The examples of a chat-format JSONL file, local or in object storage (s3://...)."""
+    return parse_sft_lines(_read_text(path), path)
+
+
+def learning_rates(
+    n_batches: int, peak_lr: float, schedule_type: str = "cosine", warmup_ratio: float = 0.0
+) -> list[float]:
+    """One learning rate per batch: linear warmup to `peak_lr`, then cosine, linear or constant decay.
+
+    >>> [round(x, 3) for x in learning_rates(4, 1.0, "linear", warmup_ratio=0.25)]
+    [1.0, 0.667, 0.333, 0.0]
+    """
+    if schedule_type not in ("cosine", "linear", "constant"):
+        raise ValueError(f"schedule_type {schedule_type!r}: use 'cosine', 'linear' or 'constant'")
+    warm = int(round(n_batches * warmup_ratio))
+    rates = []
+    for i in range(n_batches):
+        if i < warm:
+            rates.append(peak_lr * (i + 1) / warm)
+            continue
+        left = max(n_batches - warm - 1, 1)
+        frac = (i - warm) / left
+        decay = {"cosine": 0.5 * (1 + math.cos(math.pi * frac)), "linear": 1 - frac, "constant": 1.0}[schedule_type]
+        rates.append(peak_lr * decay)
+    return rates
+
+
+@dataclass
+class SFTChunk:
+    """Consecutive batches trained as one `train_sft` call (one checkpoint), with their slice of the schedule."""
+
+    trajectories: list[Trajectory]
+    config: TrainSFTConfig
+    epoch: int
+
+
+def create_sft_dataset_iterator(
+    trajectories: list[Trajectory],
+    *,
+    epochs: int = 1,
+    batch_size: int = 2,
+    peak_lr: float = 2e-4,
+    schedule_type: str = "cosine",
+    warmup_ratio: float = 0.0,
+    assistant_turns: str = "all",
+    seed: int = 0,
+    chunk_size: int | None = None,
+) -> Iterator[SFTChunk]:
+    """ART's iterator: the whole run's schedule computed once, then handed out a chunk (default: an epoch) at a
+    time, each chunk one `train_sft` call. Examples are shuffled per epoch with a fixed seed.
+
+    >>> [len(c.trajectories) for c in create_sft_dataset_iterator([Trajectory()] * 5, epochs=2, batch_size=2)]
+    [5, 5]
+    """
+    import random
+
+    if epochs < 1 or batch_size < 1:
+        raise ValueError("epochs and batch_size must be >= 1")
+    per_epoch = math.ceil(len(trajectories) / batch_size)
+    rates = learning_rates(per_epoch * epochs, peak_lr, schedule_type, warmup_ratio)
+    chunk = chunk_size or len(trajectories)
+    for epoch in range(epochs):
+        order = list(trajectories)
+        random.Random(seed * 1000 + epoch).shuffle(order)
+        for start in range(0, len(order), chunk):
+            part = order[start : start + chunk]
+            first = epoch * per_epoch + start // batch_size
+            lr = rates[first : first + math.ceil(len(part) / batch_size)]
+            cfg = TrainSFTConfig(learning_rate=lr, batch_size=batch_size, assistant_turns=assistant_turns)
+            yield SFTChunk(part, cfg, epoch)
+
+
+def sft_and_record(
+    store: "ModelStore",
+    base_model: str,
+    trajectories: list[Trajectory],
+    config: TrainSFTConfig,
+    train_config: "TrainConfig",
+    step: int,
+    *,
+    servers: Iterable[Any] = (),
+) -> "TrainResult":
+    """Train checkpoint `step` -> `step + 1` by SFT and record it in history.jsonl under "sft/"; once (a complete
+    checkpoint `step + 1` is not trained again: `trained=False`). `servers` sleep while it trains, as in
+    art_core.step.train_and_record."""
+    from art_core.backend import TrainResult
+    from art_core.training.sft import sft_step
+
+    if store.is_complete(step + 1):
+        return TrainResult(
+            step=step + 1,
+            metrics=store.step_metrics(step + 1, "sft/"),
+            checkpoint_path=store.checkpoint(step + 1),
+            trained=False,
+        )
+    servers = list(servers)
+    for server in servers:
+        server.sleep()  # frees the GPU for the trainer; a no-op on CPU
+    try:
+        result = sft_step(
+            base_model=base_model,
+            trajectories=trajectories,
+            config=config,
+            train_config=train_config,
+            storage=store.storage,
+            project=store.project,
+            name=store.name,
+            step=step,
+        )
+    finally:
+        for server in servers:
+            server.wake_up()
+    store.record(result.step, result.metrics, prefix="sft/")
+    return TrainResult(step=result.step, metrics=result.metrics, checkpoint_path=result.checkpoint_path, trained=True)
+
+
+async def train_sft_from_file(
+    model: "TrainableModel",
+    file_path: str,
+    epochs: int = 1,
+    batch_size: int = 2,
+    peak_lr: float = 2e-4,
+    schedule_type: str = "cosine",
+    warmup_ratio: float = 0.0,
+    assistant_turns: str = "all",
+    verbose: bool = False,
+    **_: Any,
+) -> "TrainResult | None":
+    """ART's `art.utils.sft.train_sft_from_file`: one `model.train_sft` call (one checkpoint) per epoch."""
+    result = None
+    for chunk in create_sft_dataset_iterator(
+        read_sft_file(file_path),
+        epochs=epochs,
+        batch_size=batch_size,
+        peak_lr=peak_lr,
+        schedule_type=schedule_type,
+        warmup_ratio=warmup_ratio,
+        assistant_turns=assistant_turns,
+    ):
+        result = await model.backend.train_sft(model, chunk.trajectories, chunk.config, verbose=verbose)
+    return result
+
+
+class SFTSpec(BaseModel):
+    """How a JSONL file is trained (the arguments of `train_sft_from_file`), one checkpoint per epoch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(1, ge=1, description="Passes over the file; each writes one checkpoint (step + 1).")
+    batch_size: int = Field(2, ge=1, description="Conversations per optimizer step.")
+    peak_lr: float = Field(2e-4, gt=0, description="Peak learning rate of the schedule (tiny models want ~1e-2).")
+    schedule_type: Literal["cosine", "linear", "constant"] = Field("cosine", description="Decay after warmup.")
+    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Share of the batches spent warming up linearly.")
+    assistant_turns: Literal["all", "last"] = Field("all", description="Train every assistant turn, or the last.")
+    seed: int = Field(0, description="Seed of the per-epoch shuffle.")
+
+    def chunks(self, trajectories: list[Trajectory]) -> list[SFTChunk]:
+        """The run's chunks, one per epoch, with their slice of the learning-rate schedule."""
+        return list(
+            create_sft_dataset_iterator(
+                trajectories,
+                epochs=self.epochs,
+                batch_size=self.batch_size,
+                peak_lr=self.peak_lr,
+                schedule_type=self.schedule_type,
+                warmup_ratio=self.warmup_ratio,
+                assistant_turns=self.assistant_turns,
+                seed=self.seed,
+            )
+        )
+
+
+def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
+    """(run key, first step) of an SFT run of `data` with `spec` on this model, stable across reruns.
+
+    The first run starts at the model's latest checkpoint (0 if none) and writes that down under
+    `sft/{key}.json`; a rerun (after a crash, or again) reads it back, so its epochs map to the same
+    checkpoints and finished ones are not trained again.
+    """
+    import hashlib
+
+    text = json.dumps([_read_text(data), spec.model_dump()], sort_keys=True)
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    marker = store.path("sft", f"{key}.json")
+    if store.storage.exists(marker):
+        return key, int(store.storage.read_json(marker)["start_step"])
+    steps = store.checkpoint_steps()
+    start = steps[-1] if steps else 0
+    store.storage.write_json(marker, {"start_step": start, "data": data, "spec": spec.model_dump()})
+    return key, start
+
+
+def _read_text(path: str) -> str:
+    import fsspec
+
+    from art_core.storage import storage_options_from_env
+
+    options = storage_options_from_env() if path.startswith("s3://") else {}
+    with fsspec.open(path, "r", **options) as f:
+        return f.read()
+
+
+def sft_epoch(
+    store: "ModelStore",
+    base_model: str,
+    data: str,
+    spec: SFTSpec,
+    epoch: int,
+    step: int,
+    train_config: "TrainConfig",
+    *,
+    servers: Iterable[Any] = (),
+) -> "TrainResult":
+    """Epoch `epoch` of an SFT run: checkpoint `step` -> `step + 1` on that epoch's shuffled examples; once."""
+    if store.is_complete(step + 1):  # before reading the data: a finished epoch needs none of it
+        return sft_and_record(store, base_model, [], TrainSFTConfig(), train_config, step)
+    chunk = spec.chunks(read_sft_file(data))[epoch]
+    return sft_and_record(store, base_model, chunk.trajectories, chunk.config, train_config, step, servers=servers)
