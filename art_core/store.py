@@ -235,10 +235,10 @@ class ModelStore:
         """Write checkpoint `step`'s train record from its trainer state if history has none (a crash between
         the checkpoint's marker and its record). Returns the record written, None when nothing was missing."""
         if self.step_metrics(step, "train/") or not self.is_complete(step):
-        if state.get("kind") == "sft":  # written by supervised fine-tuning: its record lives under "sft/"
-            return None
             return None
         state = self.trainer_state(step) or {}
+        if state.get("kind") == "sft":  # written by supervised fine-tuning: its record lives under "sft/"
+            return None
         metrics = {**(extra or {}), **(state.get("metrics") or {}), "backfilled": 1.0}
         log.warning("history of %s had no train record for step %d (checkpoint %s exists): recorded it from the "
                     "checkpoint", self.root, step, self.checkpoint(step))  # fmt: skip
