@@ -216,3 +216,20 @@ def test_a_generator_reply_breaking_the_schema_is_retried_then_refused_clearly(t
     message = str(e.value)
     assert "1 scenarios, 6 were asked for" in message and "difficulty" in message and "not JSON" in message
     assert e.value.usage.calls == 3 and e.value.usage.cost_usd > 0  # gpt-4o-mini's price: the failed replies cost money too
+
+
+async def test_generate_scenarios_takes_arts_arguments_and_asks_for_a_strict_schema(generator):
+    from art_core.mcp import GeneratedScenarioCollection, MCPResource, MCPTool, generate_scenarios
+
+    tools = [MCPTool("find_user", "Find a user by email.", {"type": "object", "properties": {"email": {"type": "string"}}})]
+    found = await generate_scenarios(tools, [MCPResource("file:///policy.md", "policy", "The store's policy.")], num_scenarios=5,
+                                     custom_instructions="Only about refunds.", generator_model="openai/gpt-4o-mini",
+                                     generator_base_url=generator.base_url)
+    assert len(found) == 5 and all(1 <= s.difficulty <= 5 for s in found) and found.usage.calls == 1 and found.usage.cost_usd > 0
+    sent = generator.requests[0]
+    schema = sent["response_format"]["json_schema"]
+    assert schema["strict"] is True and schema["schema"]["properties"]["scenarios"]["maxItems"] == 5
+    prompt = sent["messages"][0]["content"]
+    assert "find_user" in prompt and "file:///policy.md" in prompt and "Only about refunds." in prompt
+    train, val = found.split(4)
+    assert len(train) == 4 and len(val) == 1 and GeneratedScenarioCollection.from_json(found.to_json()).to_dicts() == found.to_dicts()
