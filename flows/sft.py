@@ -1,0 +1,75 @@
+"""The sft flow: supervised fine-tuning from a chat-format JSONL file, one cached task per epoch.
+
+    python -c "from flows.sft import sft, SFTRunConfig; sft(SFTRunConfig(data='train.jsonl', ...))"
+
+Each epoch trains the model's LoRA adapter from its latest checkpoint and writes the next one, so the
+train flow (GRPO) with the same storage, project, model and LoRA settings continues from the last SFT
+checkpoint, its step numbering included (give it `steps` = SFT epochs + GRPO steps). Running the flow
+again with the same data and settings trains nothing: its epochs map to the same checkpoints, recorded
+under `{model}/sft/`, and each epoch task ends Cached when its checkpoint exists; a crashed run resumes at
+the first epoch without one.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+from pydantic import BaseModel, ConfigDict, Field
+
+from art_core.sft import SFTSpec, sft_plan
+from art_core.store import ModelRef
+from art_core.training.config import TrainConfig
+from flows.lifetime import guard_temporary_server
+from tasks.sft import sft_step
+
+
+class SFTRunConfig(BaseModel):
+    """One SFT run (the Prefect form is drawn from this model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    storage_url: str = Field(description="Storage root: a local folder or s3://bucket/prefix.")
+    project: str = Field(description="Project name (folder under the storage root).")
+    model: str = Field(description="Model name: the run trains this model's adapter, the one GRPO trains.")
+    base_model: str = Field(description="Base model (a folder, or a name the trainer can load).")
+    data: str = Field(description="Chat-format JSONL: {'messages': [...], 'tools': [...]} per line; local or s3://.")
+    sft: SFTSpec = Field(default_factory=SFTSpec, description="Epochs, batch size and learning-rate schedule.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="LoRA shape and optimizer (as for GRPO).")
+    inference_url: str | None = Field(None, description="A vLLM server of ours on this machine sleeps while training.")
+
+
+class SFTSummary(BaseModel):
+    """What an SFT run did: the checkpoint of each epoch, the loss, and which epochs were trained now."""
+
+    start_step: int
+    checkpoints: dict[int, str]
+    losses: dict[int, float]
+    trained_steps: list[int]
+
+
+@flow(name="sft", log_prints=True)
+def sft(config: SFTRunConfig) -> SFTSummary:
+    """Fine-tune `config.model` on `config.data` for `config.sft.epochs` epochs; resume whatever is done."""
+    guard_temporary_server()
+    ref = ModelRef(
+        storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model
+    )
+    store = ref.store()
+    store.bind(ref.base_model, trainable=True)  # refuses a model trained from another base, before any work
+    _, start = sft_plan(store, config.data, config.sft)
+    summary = SFTSummary(start_step=start, checkpoints={}, losses={}, trained_steps=[])
+    for epoch in range(config.sft.epochs):
+        step = start + epoch
+        # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
+        state = sft_step(
+            ref, config.data, config.sft, epoch, step, config.train, config.inference_url, return_state=True
+        )
+        result = state.result()
+        summary.checkpoints[result.step] = result.checkpoint_uri
+        summary.losses[result.step] = float(result.metrics.get("loss", result.metrics.get("sft/loss", 0.0)))
+        if result.trained:
+            summary.trained_steps.append(result.step)
+        print(
+            f"sft epoch {epoch + 1}/{config.sft.epochs}: checkpoint {result.step}, loss "
+            f"{summary.losses[result.step]:.4f}{'' if result.trained else ' (checkpoint existed)'}"
+        )
+    return summary

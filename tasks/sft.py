@@ -1,0 +1,50 @@
+"""Prefect task: one epoch of supervised fine-tuning (art_core.sft.sft_epoch), idempotent by its checkpoint.
+
+Like train_step: if `checkpoints/{step+1:04d}` is complete the epoch is not trained again and the task
+ends `Cached`; otherwise the adapter of checkpoint `step` is fine-tuned on the epoch's examples and
+checkpoint `step + 1` written, COMPLETE marker last. The data travels as a path, never as a result.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed
+
+from art_core.serving import servers_sharing
+from art_core.sft import SFTSpec, sft_epoch
+from art_core.store import ModelRef
+from art_core.training.config import TrainConfig
+from tasks.results import step_run_name
+from tasks.specs import TrainStepResult
+
+
+@task(name="sft_step", task_run_name=step_run_name("sft"), cache_policy=NO_CACHE, persist_result=False)
+def sft_step(
+    ref: ModelRef,
+    data: str,
+    spec: SFTSpec,
+    epoch: int,
+    step: int,
+    config: TrainConfig,
+    inference_url: str | None = None,
+):
+    """Fine-tune checkpoint `step` -> `step + 1` on epoch `epoch` of the JSONL at `data`."""
+    t0, log = time.perf_counter(), get_run_logger()
+    store = ref.store()
+    servers = servers_sharing(ref.base_model, inference_url)
+    result = sft_epoch(store, ref.base_model, data, spec, epoch, step, config, servers=servers)
+    out = TrainStepResult(
+        step=result.step,
+        checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
+        metrics=result.metrics,
+        trained=result.trained,
+        seconds=time.perf_counter() - t0,
+    )
+    if not result.trained:
+        log.info("checkpoint %s exists: SFT epoch %d is not trained again", out.checkpoint_uri, epoch + 1)
+        return Completed(name="Cached", data=out, message=f"checkpoint {result.step} exists: not trained again")
+    log.info("SFT epoch %d -> %s (loss %.4f)", epoch + 1, out.checkpoint_uri, result.metrics["loss"])
+    return Completed(data=out)
