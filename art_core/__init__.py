@@ -20,6 +20,15 @@ from typing import Any
 
 from art_core import dev, utils
 from art_core.backend import Backend, TrainResult
+from art_core.capture import (
+    auto_trajectory,
+    capture_auto_trajectory,
+    capture_yielded_trajectory,
+    current_trajectory,
+    no_capture,
+    trajectory,
+    yield_trajectory,
+)
 from art_core.gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups, trajectory_group
 from art_core.model import Model, TrainableModel
 from art_core.retry import retry
@@ -42,7 +51,26 @@ _LAZY = {
     "ruler": "art_core.rewards.ruler",
     "ruler_score_group": "art_core.rewards.ruler",
     "load_environment": "art_core.envs",
+    "TrainSFTConfig": "art_core.sft",
+    "trajectory_group_batches": "art_core.batches",
 }
+# ART names that stand for services this project cannot offer: using one says why.
+_UNSERVABLE = {
+    "ServerlessBackend": "W&B's hosted training (ServerlessBackend) needs W&B's service; train with LocalBackend or "
+    "the Prefect train flow on your own GPU (docs/art-compatibility.md)",
+    "TinkerBackend": "Thinking Machines' Tinker API is a hosted service; train with LocalBackend",
+    "MegatronBackend": "Megatron multi-GPU training is not part of art_core; LocalBackend trains a LoRA on one device",
+}
+
+
+def _unservable(name: str, why: str) -> type:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(f"art_core.{name} is not available: {why}")
+
+    return type(name, (), {"__init__": refuse, "__doc__": f"Not available here: {why}."})
+
+
+LocalTrainResult = TrainResult  # ART's LocalBackend result: step, metrics and the checkpoint's path
 
 
 def __getattr__(name: str) -> Any:
@@ -50,12 +78,21 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f"art_core.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _UNSERVABLE:
+        return _unservable(name, _UNSERVABLE[name])
     raise AttributeError(f"module 'art_core' has no attribute {name!r}")
 
 
 __all__ = [
     "Backend",
     "History",
+    "auto_trajectory",
+    "capture_auto_trajectory",
+    "capture_yielded_trajectory",
+    "current_trajectory",
+    "no_capture",
+    "trajectory",
+    "yield_trajectory",
     "LocalBackend",
     "PydanticException",
     "dev",
@@ -71,6 +108,9 @@ __all__ = [
     "Tools",
     "TrainConfig",
     "TrainResult",
+    "LocalTrainResult",
+    "TrainSFTConfig",
+    "trajectory_group_batches",
     "TrainableModel",
     "Trajectory",
     "TrajectoryGroup",
