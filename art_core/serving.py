@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.naming import step_name  # the one naming rule (art_core.naming); imported from here too
+
 if TYPE_CHECKING:
     from art_core.inference.server import ServerConfig, ServerOptions, VLLMServer
     from art_core.store import ModelStore
@@ -40,15 +42,6 @@ log = logging.getLogger(__name__)
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 # CUDA: the trainer shares the GPU; vLLM's own 0.9 leaves it too little once vLLM wakes up again.
 TRAINING_GPU_SHARE = 0.6
-
-
-def step_name(name: str, step: int) -> str:
-    """The served name of one step: `agent@3` (step 0: the zero adapter, i.e. the base model).
-
-    >>> step_name("agent", 3)
-    'agent@3'
-    """
-    return f"{name}@{step}"
 
 
 def base_served_name(base_model: str) -> str:

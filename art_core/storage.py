@@ -11,32 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, Iterable
 
 import fsspec
 
+from art_core.naming import validate_name  # noqa: F401  (re-exported: its home before art_core.naming)
 from art_core.store import CHECKPOINT_MARKER, ModelStore, model_dir  # the layout's one owner
 from art_core.trajectories import TrajectoryGroup, read_jsonl, write_jsonl
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def validate_name(value: str, what: str = "name") -> str:
-    """Refuse names that could escape the storage layout: empty, path separators, '..', odd characters.
-
-    >>> validate_name("agent-001")
-    'agent-001'
-    """
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string")
-    if "/" in value or "\\" in value or ".." in value or not _NAME_RE.match(value) or len(value) > 128:
-        raise ValueError(
-            f"{what} {value!r} is not allowed: use letters, digits, '.', '_' and '-' (starting with a letter "
-            "or digit, at most 128 characters), with no path separators and no '..'"
-        )
-    return value
-
 
 def storage_options_from_env() -> dict[str, Any]:
     """s3fs options from the usual AWS variables; an endpoint URL points at MinIO, moto or another S3."""

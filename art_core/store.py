@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
+from art_core.naming import validate_name
+
 if TYPE_CHECKING:
     from art_core.storage import Storage
     from art_core.trajectories import TrajectoryGroup
@@ -44,9 +46,7 @@ class BaseModelMismatch(ValueError):
 
 
 def model_dir(root: str, project: str, name: str) -> str:
-    """`{root}/{project}/models/{name}` with both names checked (see storage.validate_name)."""
-    from art_core.storage import validate_name
-
+    """`{root}/{project}/models/{name}` with both names checked (see naming.validate_name)."""
     return f"{root}/{validate_name(project, 'project')}/models/{validate_name(name, 'model name')}"
 
 
@@ -57,8 +57,6 @@ def step_dir(step: int) -> str:
 
 def baseline_eval_path(storage: "Storage", project: str, served_model: str, split: str) -> str:
     """Where a prompted baseline's report goes; `served_model` may hold '/' (openai/gpt-4.1)."""
-    from art_core.storage import validate_name
-
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", served_model).strip("._") or "model"
     return storage.join(validate_name(project, "project"), "baselines", folder, f"eval-{split}.json")
 

@@ -174,7 +174,9 @@ class TrajectoryGroup(BaseModel):
 
     def __new__(cls, trajectories: Iterable[Any] | None = None, **data: Any):
         # ART's idiom `TrajectoryGroup(rollout(...) for _ in range(n))` builds a group still to be run:
-        # given awaitables we return a PendingGroup for gather_trajectory_groups.
+        # given awaitables we return a PendingGroup for gather_trajectory_groups. Importing it from
+        # art_core.gather here is the one import back edge in art_core (gather builds on this module);
+        # ART's API forces it, and tests/test_import_cycles.py allows exactly this one.
         if trajectories is not None and not isinstance(trajectories, (list, tuple)):
             items = list(trajectories)
             if items and all(inspect.isawaitable(i) for i in items):

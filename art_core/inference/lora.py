@@ -21,7 +21,7 @@ from typing import Iterable
 
 import httpx
 
-from art_core.serving import step_name  # noqa: F401  (one naming rule, re-exported)
+from art_core.naming import parse_step_name, step_name  # the naming rule (re-exported by art_core.inference)
 
 # Qwen2/Llama-style projection names; a zero adapter targets whichever of these the base model has.
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -29,12 +29,6 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 
 class AdapterError(RuntimeError):
     """The server refused to load or unload an adapter; the message carries its answer."""
-
-
-def parse_step_name(served: str) -> tuple[str, int] | None:
-    """`('agent', 3)` for `agent@3`; None for a name without a step."""
-    name, sep, step = served.rpartition("@")
-    return (name, int(step)) if sep and name and step.isdigit() else None
 
 
 # ---- the zero adapter (step 0) ---------------------------------------------------------------------
