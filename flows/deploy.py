@@ -59,6 +59,7 @@ def deploy_to_target(ref: ModelRef, step: int, target: DeployTarget, serve_minut
             time.sleep(serve_minutes * 60)
         finally:
             deployment.stop()
+        deployment.message = f"served {deployment.model_name} at {deployment.endpoint} for {serve_minutes:g} min, then stopped"
     return deployment
 
 

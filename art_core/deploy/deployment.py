@@ -33,7 +33,7 @@ from art_core.storage import Storage
 
 Target = Literal["vllm", "merged", "together", "wandb"]
 TARGETS: tuple[str, ...] = ("vllm", "merged", "together", "wandb")
-Status = Literal["ready", "serving", "saved", "queued", "running", "failed", "offline"]
+Status = Literal["ready", "serving", "saved", "queued", "running", "failed", "offline", "stopped"]
 
 
 class DeployError(RuntimeError):
@@ -55,7 +55,8 @@ class Deployment(BaseModel):
     model_name: str = Field(description="Pass this as `model=` to the endpoint's chat API.")
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL; None for `merged` (files to serve).")
     status: Status = Field(description="ready/serving: answers now; saved: files written; queued/running: the "
-                           "service is still loading it; offline: logged to an offline W&B run, to sync")
+                           "service is still loading it; offline: logged to an offline W&B run, to sync; stopped: "
+                           "a vllm deployment's server was stopped")
     export_uri: str = Field(description="The adapter export with its model card in storage (kept on failure).")
     uri: str | None = Field(None, description="What the target holds: merged folder, W&B artifact, Together archive.")
     job_id: str | None = None
@@ -74,6 +75,7 @@ class Deployment(BaseModel):
         if self._server is not None:
             self._server.stop()
             self._server = None
+            self.status = "stopped"
 
 
 def _identity(model: Any, storage: Storage | str | None) -> tuple[str, str, str, Storage]:

@@ -83,7 +83,7 @@ async def test_wandb_offline_artifact_holds_the_adapter_and_its_metadata(stored,
 
     (run_file,) = glob.glob(str(tmp_path / "wb" / "wandb" / "offline-run-*" / "run-*.wandb"))
     (artifact,) = list(_artifact_records(run_file))
-    assert (artifact.name, artifact.type, list(artifact.aliases)) == ("agent", "lora", ["step1", "latest"])
+    assert (artifact.name, artifact.type, sorted(artifact.aliases)) == ("agent", "lora", ["latest", "step1"])
     import json
 
     assert json.loads(artifact.metadata) == {"wandb.base_model": "Qwen/Qwen2.5-14B-Instruct", "project": "proj",
