@@ -48,7 +48,9 @@ def save_checkpoint(
 
     path = storage.checkpoint_path(project, name, step)
     with tempfile.TemporaryDirectory(prefix="art-ckpt-") as tmp:
-        model.save_pretrained(tmp)  # peft writes adapter_config.json + adapter_model.safetensors at the top
+        # peft writes adapter_config.json + adapter_model.safetensors at the top; only the trained adapter
+        # (a KL reference adapter loaded beside it would otherwise be saved into a subfolder of every checkpoint).
+        model.save_pretrained(tmp, selected_adapters=["default"])
         torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_FILE))
         with open(os.path.join(tmp, STATE_FILE), "w") as f:
             json.dump(state, f, indent=2, sort_keys=True, default=str)

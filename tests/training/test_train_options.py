@@ -4,6 +4,7 @@ truncated-IS + Dr. GRPO step whose metrics say the options acted."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -36,6 +37,7 @@ def test_kl_penalty_measures_against_a_stored_adapter(tiny_model_path, tmp_path,
     )
     assert to_base.metrics["kl"] == pytest.approx(0.0, abs=1e-7)
     assert to_ref.metrics["kl"] > 1e-4
+    assert not [f for f in os.listdir(to_ref.checkpoint_path) if f.startswith("kl_ref")]  # only the trained adapter
     # The trained adapter stays the one that trains: a second step from checkpoint 1 still moves it.
     again = train_step(
         base_model=tiny_model_path, groups=_groups(2), config=cfg, storage=store, project="p", name="b", step=1
