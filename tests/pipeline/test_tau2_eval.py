@@ -84,7 +84,7 @@ def test_train_flow_trains_on_tau2_retails_train_split_with_ruler_and_the_enviro
                     sampling={"temperature": 1.0, "max_tokens": 256}, judge=judge, eval_every=0, report_to_wandb=False)  # fmt: skip
     summary = train(cfg)
     storage = Storage(cfg.storage_url)
-    scored = storage.read_groups(storage.trajectories_path("tau2", "trained", "train", 0).replace(".jsonl", ".scored.jsonl"))
+    scored = storage.model("tau2", "trained").read_groups(storage.model("tau2", "trained").scored("train", 0))
     trajectories = [t for g in scored for t in g.trajectories]
     train_ids = set(load_train_ids())
     assert len(trajectories) == 2 and all(t.metadata["task_id"] in train_ids and t.metadata["split"] == "train" for t in trajectories)

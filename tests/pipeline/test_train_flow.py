@@ -216,7 +216,7 @@ def test_ruler_judge_rescores_the_groups_the_step_trains_on(prefect_api, tmp_pat
     from art_core.storage import Storage
 
     storage = Storage(cfg.storage_url)
-    scored = storage.read_groups(storage.trajectories_path("pipe", "ruled", "train", 0).replace(".jsonl", ".scored.jsonl"))
+    scored = storage.model("pipe", "ruled").read_groups(storage.model("pipe", "ruled").scored("train", 0))
     rewards = [t.reward for g in scored for t in g.trajectories]
     assert len(rewards) == cfg.groups_per_step * cfg.group_size
     assert all(t.metrics["ruler_score"] == t.reward and "independent_reward" in t.metrics for g in scored for t in g)
