@@ -311,7 +311,7 @@ def stored_scenarios(server: str, tools: list[dict[str, Any]], resources: list[d
 
     `generate` is an `art_core.envs.mcp.GenerateOptions`. The file holds the scenarios, their cost and what they
     were generated from; a run that finds it pays nothing."""
-    from art_core.envs.mcp.env import run_blocking
+    from art_core.envs.mcp.server import run_blocking
     from art_core.storage import Storage
 
     uri = scenarios_uri(store, scenarios_key(server, tools, resources, generate))

@@ -33,9 +33,6 @@ KNOWN = {
     # deploy.merge takes DeployError from deploy.deployment, which calls merge: DeployError moves to a leaf
     # (art_core/deploy/errors.py, or the package's __init__) that both import.
     frozenset({"art_core.deploy.deployment", "art_core.deploy.merge"}),
-    # art_core.mcp (scenario generation) borrows run_blocking from envs.mcp.env, whose environment calls
-    # art_core.mcp to generate: run_blocking moves next to the server client (envs/mcp/server.py).
-    frozenset({"art_core.envs.mcp.env", "art_core.mcp"}),
 }
 
 

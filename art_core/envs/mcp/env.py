@@ -24,7 +24,6 @@ generated once by `art_core.mcp.generate_scenarios` and kept in storage (see `ar
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -36,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.mcp.schemas import READ_RESOURCE, openai_tool, read_resource_tool, takes_argument
-from art_core.envs.mcp.server import McpServer, McpServerError, connect
+from art_core.envs.mcp.server import McpServer, McpServerError, connect, run_blocking
 from art_core.trajectories import Trajectory
 
 log = logging.getLogger(__name__)
@@ -261,15 +260,3 @@ async def discover(server: McpServer) -> tuple[str, list[Any], list[Any]]:
         except Exception as e:  # e.g. a listing the SDK refuses (it checks every tool's schema is an object)
             raise conn.failure("listed tools that could not be read", e) from None
         return conn.name, tools, resources
-
-
-def run_blocking(coro: Any) -> Any:
-    """Run a coroutine to completion from synchronous code, also where this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

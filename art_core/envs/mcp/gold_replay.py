@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from art_core.envs.mcp.env import run_blocking
+from art_core.envs.mcp.server import run_blocking
 from art_core.envs.mcp.server import McpServer, connect
 
 
