@@ -30,6 +30,7 @@ from art_core.capture import (
     yield_trajectory,
 )
 from art_core.gather import TooManyExceptions, gather_trajectories, gather_trajectory_groups, trajectory_group
+from art_core.lora import LoRAConfig
 from art_core.model import Model, TrainableModel
 from art_core.retry import retry
 from art_core.storage import Storage, validate_name
@@ -53,6 +54,7 @@ _LAZY = {
     "load_environment": "art_core.envs",
     "TrainSFTConfig": "art_core.sft",
     "trajectory_group_batches": "art_core.batches",
+    "LocalServingUnavailableError": "art_core.errors",
 }
 # ART names that stand for services this project cannot offer: using one says why.
 _UNSERVABLE = {
@@ -74,7 +76,7 @@ LocalTrainResult = TrainResult  # ART's LocalBackend result: step, metrics and t
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("local", "rewards"):  # ART's `art.local.LocalBackend`; imported on first use
+    if name in ("local", "rewards", "tinker", "trainer_rank"):  # ART's `art.local.LocalBackend`; imported on first use
         return importlib.import_module(f"art_core.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
@@ -109,6 +111,8 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "LocalTrainResult",
+    "LocalServingUnavailableError",
+    "LoRAConfig",
     "TrainSFTConfig",
     "trajectory_group_batches",
     "TrainableModel",

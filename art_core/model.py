@@ -195,6 +195,7 @@ class TrainableModel(Model[ConfigT]):
 
     `_internal_config` takes ART's `art.dev.InternalModelConfig` (constructor keyword or attribute); what
     maps onto our TrainConfig/ServerConfig is applied, the rest is reported in a warning (art_core.dev).
+    `lora_config=art_core.LoRAConfig(rank=..., alpha=...)` sets the adapter's shape (art_core.lora).
     """
 
     base_model: str
@@ -203,7 +204,9 @@ class TrainableModel(Model[ConfigT]):
     _internal_config: dict[str, Any] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
-        internal = data.pop("_internal_config", None)
+        from art_core.lora import merge_lora_config  # ART's lora_config= travels as the peft/init args it sets
+
+        internal = merge_lora_config(data.pop("lora_config", None), data.pop("_internal_config", None))
         super().__init__(**data)
         self._internal_config = dict(internal) if internal else None
         run_name = ((internal or {}).get("trainer_args") or {}).get("run_name")
