@@ -50,6 +50,20 @@ def turn_sampling(sampling: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return sampling, extra_body
 
 
+def split_part(items: list, split: str, sizes: dict[str, int]) -> list:
+    """The items of `split` when `items` hold the splits one after the other, train first, in `sizes`.
+
+    >>> split_part(list("abcdef"), "val", {"train": 3, "val": 2, "test": 1})
+    ['d', 'e']
+    """
+    start = 0
+    for name in SPLITS:
+        if name == split:
+            return items[start:start + sizes.get(name, 0)]
+        start += sizes.get(name, 0)
+    raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
+
+
 class Scenario(BaseModel):
     """One thing to do: an id unique within the environment and whatever the rollout needs."""
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
 from art_core.trajectories import Trajectory
 
 Board = tuple[tuple[int, ...], ...]
@@ -169,13 +169,8 @@ class Game2048Env(Environment):
         sizes = self.options.split_sizes
         rng = random.Random(f"2048-scenarios-{self.options.seed}")
         seeds = rng.sample(range(2**31), sum(sizes.values()))  # distinct, so splits never share a game
-        start = 0
-        for name in SPLITS:
-            if name == split:
-                return [Scenario(id=f"2048-{split}-{i:04d}", split=split, data={"game_seed": s})
-                        for i, s in enumerate(seeds[start:start + sizes.get(name, 0)])]
-            start += sizes.get(name, 0)
-        raise AssertionError("unreachable")
+        return [Scenario(id=f"2048-{split}-{i:04d}", split=split, data={"game_seed": s})
+                for i, s in enumerate(split_part(seeds, split, sizes))]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game of `scenario` with `model`; each model turn is kept as its Choice."""

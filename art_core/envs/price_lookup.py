@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
 from art_core.envs.tau.forced_calls import tool_call_regex
 from art_core.trajectories import Trajectory
 
@@ -104,15 +104,9 @@ class PriceLookupEnv(Environment):
         split = self.check_split(split)
         rng = random.Random(f"price-lookup-{self.options.seed}")
         asked = [rng.choice(ITEMS) for _ in range(sum(self.options.split_sizes.values()))]
-        start = 0
-        for name in SPLITS:
-            size = self.options.split_sizes.get(name, 0)
-            if name == split:
-                return [Scenario(id=f"price-lookup-{split}-{i:04d}", split=split,
-                                 data={"item": item, "prices": prices(f"{self.options.seed}-{split}-{i}")})
-                        for i, item in enumerate(asked[start:start + size])]  # fmt: skip
-            start += size
-        raise AssertionError("unreachable")
+        return [Scenario(id=f"price-lookup-{split}-{i:04d}", split=split,
+                         data={"item": item, "prices": prices(f"{self.options.seed}-{split}-{i}")})
+                for i, item in enumerate(split_part(asked, split, self.options.split_sizes))]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Turn 1: the lookup call; the tool answers from the catalogue; turn 2: the answer, scored."""

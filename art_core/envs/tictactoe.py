@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
 from art_core.trajectories import Trajectory
 
 CELLS = tuple(f"{c}{r}" for r in "123" for c in "ABC")  # row by row: A1 B1 C1 / A2 B2 C2 / A3 B3 C3
@@ -140,14 +140,8 @@ class TicTacToeEnv(Environment):
         split = self.check_split(split)
         every = openings()
         random.Random(f"tictactoe-scenarios-{self.options.seed}").shuffle(every)
-        start = 0
-        for name in SPLITS:
-            size = self.options.split_sizes.get(name, 0)
-            if name == split:
-                return [Scenario(id=f"tictactoe-{split}-{i:04d}", split=split, data={"opening": list(seq)})
-                        for i, seq in enumerate(every[start:start + size])]
-            start += size
-        raise AssertionError("unreachable")
+        return [Scenario(id=f"tictactoe-{split}-{i:04d}", split=split, data={"opening": list(seq)})
+                for i, seq in enumerate(split_part(every, split, self.options.split_sizes))]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game from the scenario's opening; each model turn is kept as its Choice."""

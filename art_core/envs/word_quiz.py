@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
 from art_core.trajectories import Trajectory
 
 CATEGORIES = {
@@ -88,14 +88,8 @@ class WordQuizEnv(Environment):
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
-        start = 0
-        for name in SPLITS:
-            size = self.options.split_sizes.get(name, 0)
-            if name == split:
-                return [Scenario(id=f"word-quiz-{split}-{i:04d}", split=split, data=q)
-                        for i, q in enumerate(self._questions[start:start + size])]  # fmt: skip
-            start += size
-        raise AssertionError("unreachable")
+        return [Scenario(id=f"word-quiz-{split}-{i:04d}", split=split, data=q)
+                for i, q in enumerate(split_part(self._questions, split, self.options.split_sizes))]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Ask once, read the free-text reply, score it (see `score`)."""

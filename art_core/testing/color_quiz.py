@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import SPLITS, Environment, Scenario, Split, SplitSizes, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
 from art_core.trajectories import Trajectory
 
 # Four colors, and other words none of which starts like a color in the tiny model's tokenizer, so the
@@ -65,14 +65,8 @@ class ColorQuizEnv(Environment):
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
-        start = 0
-        for name in SPLITS:
-            size = self.options.split_sizes.get(name, 0)
-            if name == split:
-                return [Scenario(id=f"color-quiz-{split}-{i:04d}", split=split, data=q)
-                        for i, q in enumerate(self._questions[start:start + size])]  # fmt: skip
-            start += size
-        raise AssertionError("unreachable")
+        return [Scenario(id=f"color-quiz-{split}-{i:04d}", split=split, data=q)
+                for i, q in enumerate(split_part(self._questions, split, self.options.split_sizes))]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Ask the question once; the answer is one of the options (vLLM `choice`), scored 1 if it is the color."""
