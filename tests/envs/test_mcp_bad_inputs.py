@@ -48,6 +48,10 @@ def fail(reason: str) -> str:
     from mcp.server.mcpserver.exceptions import ToolError
     raise ToolError(f"refused: {reason}")
 
+@server.resource("toy://policy", description="How notes are kept.")
+def policy() -> str:
+    return "Notes are kept in order."
+
 @server.tool()
 def crash(code: int) -> str:
     """Ends the server."""
@@ -169,7 +173,7 @@ async def test_tool_errors_and_timeouts_become_error_tool_messages(toy, fake_cha
     env = load_environment("mcp", **toy)
     f.script("agent", [f.tool_call("fail", {"reason": "no stock"}), f.tool_call("slow", {"seconds": 30}),
                        f.tool_call("add_note", "{not json"), f.tool_call("nope", {}), f.tool_call("add_note", {"text": "hi"}),
-                       f.say("Noted.")])
+                       f.tool_call("read_resource", {"uri": "toy://policy"}), f.say("Noted.")])
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("train")[0], max_tokens=64)
     results = [m["content"] for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "tool"]
     assert results[0].startswith("Error:") and "refused: no stock" in results[0]
@@ -177,7 +181,10 @@ async def test_tool_errors_and_timeouts_become_error_tool_messages(toy, fake_cha
     assert results[2].startswith("Error: the arguments of add_note are not valid JSON")
     assert results[3].startswith("Error: Tool 'nope' not found") and "add_note" in results[3]
     assert results[4] == "1 notes"  # the server lived on after the timeout and the failures
-    assert traj.metrics["tool_calls"] == 5 and traj.metrics["tool_errors"] == 4 and traj.reward == pytest.approx(0.2)
+    assert results[5] == "Notes are kept in order."  # a resource, read through the read_resource tool
+    resource_tool = next(t["function"] for t in env.tools() if t["function"]["name"] == "read_resource")
+    assert resource_tool["parameters"]["properties"]["uri"]["enum"] == ["toy://policy"] and "How notes are kept." in resource_tool["description"]
+    assert traj.metrics["tool_calls"] == 6 and traj.metrics["tool_errors"] == 4 and traj.reward == pytest.approx(2 / 6)
     assert traj.metadata["stop_reason"] == "answered"
 
 

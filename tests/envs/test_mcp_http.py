@@ -47,7 +47,7 @@ async def test_a_url_server_is_discovered_and_called_then_its_loss_fails_the_rol
     with caplog.at_level(logging.WARNING, logger="art_core.envs.mcp.env"):
         env = load_environment("mcp", url=url, scenarios=["Keep two notes."], tool_timeout_s=5)
     assert "offers no state key and no reset tool: concurrent rollouts share its state" in caplog.text
-    assert {t["function"]["name"] for t in env.tools()} == {"add_note", "slow", "fail", "crash"} and env.server_name == "toy"
+    assert {t["function"]["name"] for t in env.tools()} == {"add_note", "slow", "fail", "crash", "read_resource"} and env.server_name == "toy"
     client, scenario = AsyncOpenAI(base_url=f.base_url, api_key="test"), env.scenarios("train")[0]
     f.script("agent", [f.tool_call("add_note", {"text": "a"}), f.tool_call("add_note", {"text": "b"}), f.say("Two notes.")])
     traj = await env.rollout(client, "agent", scenario, max_tokens=64)
