@@ -213,7 +213,8 @@ def _finish(config: RunConfig, ref: ModelRef, summary: TrainSummary, step: int, 
     if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
         e, store = config.eval, ref.store()
         report = evaluate_step(ref, eval_rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
-                               e.trials, e.success_threshold, url, rank, server)  # fmt: skip
+                               e.trials, e.success_threshold, url, rank,
+                               config.server.model_dump(exclude_unset=True) or None)  # fmt: skip
         if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
             store.write_eval(trained.step, report.model_dump(mode="json"))
         summary.evaluations[trained.step] = report.reward
