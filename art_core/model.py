@@ -48,6 +48,9 @@ class Model(BaseModel, Generic[ConfigT]):
     inference_api_key: str | None = Field(default=None, exclude=True, repr=False)  # a secret: never stored
     inference_model_name: str | None = None
     run_name: str | None = Field(None, description="A label for this run in logs (ART: trainer_args.run_name).")
+    report_metrics: list[str] | None = Field(
+        None, description="Where model.log also reports: ['wandb'], or [] for nowhere; None (ART's default): W&B "
+        "when WANDB_API_KEY is set (art_core.wandb_metrics).")
 
     _backend: "Backend | None" = PrivateAttr(default=None)
 
@@ -115,14 +118,17 @@ class Model(BaseModel, Generic[ConfigT]):
 
         trajectories: groups, or loose trajectories (exceptions among them count toward exception_rate);
         metrics: more metrics for the same record (e.g. `train_result.metrics`); step: default the
-        model's current step. Returns the record's metrics, keys prefixed with `{split}/`.
+        model's current step. Returns the record's metrics, keys prefixed with `{split}/`. The record also
+        goes to the model's W&B run when one is configured (`report_metrics`, art_core.wandb_metrics).
 
             await model.log(val_groups, split="val")
             await model.log(groups, metrics=result.metrics, step=result.step, split="train")
         """
         from art_core.reporting import record_metrics
         from art_core.trajectories import Trajectory, TrajectoryGroup, write_jsonl
+        from art_core.wandb_metrics import log_record, wandb_wanted  # wandb itself loads only when wanted
 
+        to_wandb = wandb_wanted(self.report_metrics)  # a W&B misconfiguration fails before anything is written
         items = list(trajectories or [])
         if any(isinstance(t, (Trajectory, BaseException)) for t in items):
             groups = [TrajectoryGroup(items)]
@@ -142,9 +148,12 @@ class Model(BaseModel, Generic[ConfigT]):
             await asyncio.to_thread(storage.write_text, path, "".join(lines))
         prefix = f"{split}/"
         values = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in values.items()}
-        return await asyncio.to_thread(
+        record = await asyncio.to_thread(
             record_metrics, storage, self.project, self.storage_name, step, values, prefix
         )
+        if to_wandb:
+            await asyncio.to_thread(log_record, self.project, self.storage_name, step, record, self.run_name)
+        return record
 
     def _storage(self) -> "Storage":
         storage = getattr(self._backend, "storage", None)
