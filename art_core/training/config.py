@@ -1,7 +1,7 @@
 """Training configuration: one pydantic model, each field documented once, defaults in code.
 
 Defaults follow ART (OpenPipe) unless the field's description names another peer; the peers' own
-defaults are summarised in DESIGN.md ("GRPO choices"). Change one knob per experiment:
+defaults are summarised in docs/design.md ("GRPO choices"). Change one knob per experiment:
 
     >>> cfg = TrainConfig(learning_rate=2e-3, scale_rewards=False)   # prime-rl style advantages
     >>> cfg.lora_rank, cfg.loss, cfg.aggregation
@@ -30,7 +30,7 @@ LevelName = Literal.__getitem__(tuple(IMPORTANCE_LEVELS))  # type: ignore[misc]
 
 
 class TrainConfig(BaseModel):
-    """Settings for one GRPO step. Defaults follow ART (see DESIGN.md), except where noted."""
+    """Settings for one GRPO step. Defaults follow ART (see docs/design.md), except where noted."""
 
     # A misspelt knob fails loud instead of being ignored; ART's name `kl_penalty_coef` fills `beta`.
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
