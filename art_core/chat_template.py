@@ -38,8 +38,9 @@ class ToolTemplateError(ValueError):
 def renders_tools(tokenizer: Any) -> bool:
     """Whether the tokenizer's chat template puts the tools' names and parameters in the prompt."""
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[PROBE_TOOL],
-                                             tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], tools=[PROBE_TOOL], tokenize=False, add_generation_prompt=True
+        )
     except Exception:  # a template that raises on tools shows none either
         return False
     return "art_probe_lookup_7f3a" in text and "art_probe_arg_91c2" in text
@@ -51,7 +52,7 @@ def default_system_prompt(tokenizer: Any) -> str | None:
     head = "<|im_start|>system\n"
     if not text.startswith(head):
         return None
-    return text[len(head):].split("<|im_end|>", 1)[0]
+    return text[len(head) :].split("<|im_end|>", 1)[0]
 
 
 # The tools branch: the system turn (the user's, or the model's default) followed by the tool list; assistant
@@ -95,7 +96,15 @@ def tool_template(original: str, default_system: str | None) -> str:
             "chat_template) or use a model whose template does"
         )
     system = json.dumps(default_system or "You are a helpful assistant.")
-    return "{%- set DEFAULT_SYSTEM = " + system + " -%}\n{%- if tools -%}" + _TOOLS_BRANCH + "{%- else -%}" + original + "{%- endif -%}"
+    return (
+        "{%- set DEFAULT_SYSTEM = "
+        + system
+        + " -%}\n{%- if tools -%}"
+        + _TOOLS_BRANCH
+        + "{%- else -%}"
+        + original
+        + "{%- endif -%}"
+    )
 
 
 def ensure_tool_template(model_dir: str | os.PathLike) -> bool:

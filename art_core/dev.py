@@ -177,14 +177,35 @@ NO_EFFECT: dict[str, str] = {
     "save_checkpoint": "every step is checkpointed (that is how the next step is served)",
 }
 # ART name -> our ServerConfig field; other engine_args become vLLM CLI flags.
-SERVER_KEYS = {"gpu_memory_utilization": "gpu_memory_utilization", "max_model_len": "max_model_len",
-               "max_lora_rank": "max_lora_rank", "max_loras": "max_loras", "enable_sleep_mode": "enable_sleep_mode",
-               "tool_call_parser": "tool_call_parser", "api_key": "api_key", "port": "port", "host": "host",
-               "dtype": "dtype", "enable_prefix_caching": "enable_prefix_caching", "max_num_seqs": "max_num_seqs"}  # fmt: skip
+SERVER_KEYS = {
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "max_model_len": "max_model_len",
+    "max_lora_rank": "max_lora_rank",
+    "max_loras": "max_loras",
+    "enable_sleep_mode": "enable_sleep_mode",
+    "tool_call_parser": "tool_call_parser",
+    "api_key": "api_key",
+    "port": "port",
+    "host": "host",
+    "dtype": "dtype",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "max_num_seqs": "max_num_seqs",
+}
 # vLLM 0.8 / Unsloth-only engine flags that the vLLM we run no longer has.
-ENGINE_GONE = {"num_scheduler_steps", "disable_log_requests", "fast_inference", "load_in_4bit", "model_name",
-               "use_gradient_checkpointing", "random_state", "enable_auto_tool_choice", "return_tokens_as_token_ids",
-               "model", "served_model_name", "generation_config"}  # fmt: skip
+ENGINE_GONE = {
+    "num_scheduler_steps",
+    "disable_log_requests",
+    "fast_inference",
+    "load_in_4bit",
+    "model_name",
+    "use_gradient_checkpointing",
+    "random_state",
+    "enable_auto_tool_choice",
+    "return_tokens_as_token_ids",
+    "model",
+    "served_model_name",
+    "generation_config",
+}
 
 _warned: set[tuple[str, str]] = set()
 
@@ -221,8 +242,12 @@ def train_overrides(options: Mapping[str, Any] | None, where: str = "train confi
         else:
             ignored.append(key)
     if ignored:
-        warn_unsupported(where, ignored, "ART options with no counterpart in art_core's trainer; ignored "
-                         "(docs/art-compatibility.md lists what each does here)")  # fmt: skip
+        warn_unsupported(
+            where,
+            ignored,
+            "ART options with no counterpart in art_core's trainer; ignored "
+            "(docs/art-compatibility.md lists what each does here)",
+        )
     return out
 
 
@@ -239,8 +264,11 @@ def model_train_overrides(internal: Mapping[str, Any] | None) -> dict[str, Any]:
     trainer = {k: v for k, v in (internal.get("trainer_args") or {}).items() if k != "run_name"}
     out.update(train_overrides(trainer, "_internal_config.trainer_args"))
     others = set(internal) - {"init_args", "engine_args", "peft_args", "trainer_args"}
-    warn_unsupported("_internal_config", unused + sorted(others),
-                     "Unsloth/TRL/multi-GPU settings with no counterpart in art_core; ignored")  # fmt: skip
+    warn_unsupported(
+        "_internal_config",
+        unused + sorted(others),
+        "Unsloth/TRL/multi-GPU settings with no counterpart in art_core; ignored",
+    )
     return out
 
 
@@ -255,8 +283,10 @@ def server_overrides(internal: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if not internal:
         return {}
-    engine = {**{k: v for k, v in (internal.get("init_args") or {}).items() if k in SERVER_KEYS},
-              **dict(internal.get("engine_args") or {})}  # fmt: skip
+    engine = {
+        **{k: v for k, v in (internal.get("init_args") or {}).items() if k in SERVER_KEYS},
+        **dict(internal.get("engine_args") or {}),
+    }
     return engine_to_server(engine, "_internal_config.engine_args")
 
 
@@ -284,8 +314,9 @@ def openai_server_overrides(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """ServerConfig fields for ART's `OpenAIServerConfig` (`log_file` -> log_path, server and engine args)."""
     if not config:
         return {}
-    out = engine_to_server({**(config.get("server_args") or {}), **(config.get("engine_args") or {})},
-                           "OpenAIServerConfig")  # fmt: skip
+    out = engine_to_server(
+        {**(config.get("server_args") or {}), **(config.get("engine_args") or {})}, "OpenAIServerConfig"
+    )
     if config.get("log_file"):
         out["log_path"] = config["log_file"]
     return out
@@ -297,13 +328,26 @@ def get_model_config(base_model: str, output_dir: str, config: InternalModelConf
     return InternalModelConfig(**(config or {}))
 
 
-__all__ = ["EngineArgs", "InitArgs", "InternalModelConfig", "OpenAIServerConfig", "PeftArgs", "ServerArgs",
-           "TrainConfig", "TrainerArgs", "get_model_config", "model_train_overrides", "openai_server_overrides",
-           "server_overrides", "train_overrides"]  # fmt: skip
+__all__ = [
+    "EngineArgs",
+    "InitArgs",
+    "InternalModelConfig",
+    "OpenAIServerConfig",
+    "PeftArgs",
+    "ServerArgs",
+    "TrainConfig",
+    "TrainerArgs",
+    "get_model_config",
+    "model_train_overrides",
+    "openai_server_overrides",
+    "server_overrides",
+    "train_overrides",
+]
 
 
-def resolve_train_config(model: Any, config: Any = None, _config: Mapping[str, Any] | None = None,
-                         options: Mapping[str, Any] | None = None) -> Any:  # fmt: skip
+def resolve_train_config(
+    model: Any, config: Any = None, _config: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None
+) -> Any:
     """One TrainConfig: the model's `_internal_config`, then `config`'s explicit fields, then ART's `_config`
     keys, then backend.train keywords (later wins). Idempotent: a resolved config resolves to itself.
 

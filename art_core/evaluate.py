@@ -112,9 +112,18 @@ async def evaluate_model(
     return report, groups
 
 
-def evaluate_step(ref: ModelRef, rollout: RolloutSpec, step: int, endpoint: "Callable[[int], Endpoint]", *,
-                  split: str = "val", scenarios: int = 8, trials: int = 1, success_threshold: float = 1.0,
-                  run: Callable[[Any], Any] | None = None) -> EvalReport:  # fmt: skip
+def evaluate_step(
+    ref: ModelRef,
+    rollout: RolloutSpec,
+    step: int,
+    endpoint: "Callable[[int], Endpoint]",
+    *,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+    run: Callable[[Any], Any] | None = None,
+) -> EvalReport:
     """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json`, the
     rollouts under `trajectories/{split}/`, and `{split}/reward`, `{split}/pass^k` in history.jsonl.
 
@@ -125,25 +134,57 @@ def evaluate_step(ref: ModelRef, rollout: RolloutSpec, step: int, endpoint: "Cal
     store = ref.store()
     ep = endpoint(adapter_rank(store, step))
     served = serve_step(ep, store, ref.base_model, step)
-    report, groups = (run or asyncio.run)(evaluate_model(rollout.load_environment(), ep, served, step=step, split=split,
-                                                   scenarios=scenarios, trials=trials,
-                                                   success_threshold=success_threshold, sampling=rollout.sampling))  # fmt: skip
+    report, groups = (run or asyncio.run)(
+        evaluate_model(
+            rollout.load_environment(),
+            ep,
+            served,
+            step=step,
+            split=split,
+            scenarios=scenarios,
+            trials=trials,
+            success_threshold=success_threshold,
+            sampling=rollout.sampling,
+        )
+    )
     store.write_eval(step, report.model_dump(mode="json"))
     store.write_groups(store.trajectories(split, step), groups)
-    store.record(step, {"reward": report.reward, **{f"pass^{k}": v for k, v in report.pass_k.items()}}, prefix=f"{split}/")
+    store.record(
+        step, {"reward": report.reward, **{f"pass^{k}": v for k, v in report.pass_k.items()}}, prefix=f"{split}/"
+    )
     return report
 
 
-def evaluate_baseline(storage_url: str, project: str, endpoint: "Endpoint", model: str, rollout: RolloutSpec, *,
-                      split: str = "val", scenarios: int = 8, trials: int = 1, success_threshold: float = 1.0,
-                      run: Callable[[Any], Any] | None = None) -> EvalReport:  # fmt: skip
+def evaluate_baseline(
+    storage_url: str,
+    project: str,
+    endpoint: "Endpoint",
+    model: str,
+    rollout: RolloutSpec,
+    *,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+    run: Callable[[Any], Any] | None = None,
+) -> EvalReport:
     """The same evaluation for a prompted model (a hosted one, or a base model on any server), stored under
     `{project}/baselines/{model}/eval-{split}.json`."""
     from art_core.storage import Storage
 
-    report, _ = (run or asyncio.run)(evaluate_model(rollout.load_environment(), endpoint, model, step=0, split=split,
-                                             scenarios=scenarios, trials=trials, success_threshold=success_threshold,
-                                             sampling=rollout.sampling))  # fmt: skip
+    report, _ = (run or asyncio.run)(
+        evaluate_model(
+            rollout.load_environment(),
+            endpoint,
+            model,
+            step=0,
+            split=split,
+            scenarios=scenarios,
+            trials=trials,
+            success_threshold=success_threshold,
+            sampling=rollout.sampling,
+        )
+    )
     storage = Storage(storage_url)
     storage.write_json(baseline_eval_path(storage, project, model, split), report.model_dump(mode="json"))
     return report

@@ -89,8 +89,13 @@ def connect_ray(address: str | None = None):
             env = {k: v for k, v in os.environ.items() if k.startswith(("ART_", "AWS_", "LITELLM_", "WANDB_", "HF_"))}
             env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
             env.setdefault("TOKENIZERS_PARALLELISM", "false")
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                     runtime_env={"env_vars": env})  # fmt: skip
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env={"env_vars": env},
+            )
             log.info("Ray: %s", "joined " + address if address else "started a local cluster")
     return ray
 
@@ -118,8 +123,11 @@ class RayReplicaPool:
             for i in range(count):
                 actor = self._actors.get((base_model, i))
                 if actor is None:
-                    actor = ray.remote(ReplicaActor).options(num_cpus=0, num_gpus=gpus, max_concurrency=2).remote(
-                        base_model, max_lora_rank, overrides)  # fmt: skip
+                    actor = (
+                        ray.remote(ReplicaActor)
+                        .options(num_cpus=0, num_gpus=gpus, max_concurrency=2)
+                        .remote(base_model, max_lora_rank, overrides)
+                    )
                     self._actors[(base_model, i)] = actor
                 calls.append(actor.widen.remote(max_lora_rank))
             addresses = ray.get(calls)
@@ -163,13 +171,24 @@ def _group_on_ray(spec_json: str, endpoint: dict[str, Any], model: str, scenario
 
     spec = RolloutSpec.model_validate_json(spec_json)
     ep = Endpoint(**endpoint)
-    groups = asyncio.run(rollout_groups(spec.load_environment(), [ep], model, [Scenario.model_validate_json(scenario_json)],
-                                        group_size, max_exceptions=group_size, sampling=spec.sampling, pbar_desc=None))  # fmt: skip
+    groups = asyncio.run(
+        rollout_groups(
+            spec.load_environment(),
+            [ep],
+            model,
+            [Scenario.model_validate_json(scenario_json)],
+            group_size,
+            max_exceptions=group_size,
+            sampling=spec.sampling,
+            pbar_desc=None,
+        )
+    )
     return groups[0].model_dump_json()
 
 
-def roll_out_on_ray(spec: "RolloutSpec", endpoints: list[Endpoint], model: str, scenarios: "list[Scenario]",
-                    address: str | None = None) -> "list[TrajectoryGroup]":  # fmt: skip
+def roll_out_on_ray(
+    spec: "RolloutSpec", endpoints: list[Endpoint], model: str, scenarios: "list[Scenario]", address: str | None = None
+) -> "list[TrajectoryGroup]":
     """Every scenario's group as a Ray task, a few per replica at a time (the least busy replica gets the
     next group); groups return in scenario order. More failed rollouts than spec.max_exceptions raise
     TooManyExceptions, as in-process rollouts do."""
@@ -198,6 +217,8 @@ def roll_out_on_ray(spec: "RolloutSpec", endpoints: list[Endpoint], model: str, 
     failures = [x for g in groups for x in g.exceptions]
     total = len(scenarios) * spec.group_size
     if len(failures) > exception_limit(spec.max_exceptions, total):
-        raise TooManyExceptions(f"{len(failures)} rollouts failed, more than max_exceptions={spec.max_exceptions} "
-                                f"allows; first failure: {failures[0].type}: {failures[0].message}")  # fmt: skip
+        raise TooManyExceptions(
+            f"{len(failures)} rollouts failed, more than max_exceptions={spec.max_exceptions} "
+            f"allows; first failure: {failures[0].type}: {failures[0].message}"
+        )
     return groups

@@ -62,8 +62,10 @@ class LocalBackend(Backend):
             path = get_settings().storage_root
         if "in_process" in storage_options:  # ART's Colab switch: everything here already runs in this process
             storage_options.pop("in_process")
-            log.warning("LocalBackend(in_process=...) is ART's notebook switch; this backend always trains in this "
-                        "process and serves from its own vLLM server, so it changes nothing here")  # fmt: skip
+            log.warning(
+                "LocalBackend(in_process=...) is ART's notebook switch; this backend always trains in this "
+                "process and serves from its own vLLM server, so it changes nothing here"
+            )
         self.storage = Storage(path, **storage_options)
         if isinstance(server_config, ServerConfig):
             server_config = server_config.model_dump(exclude={"model"}, exclude_unset=True)
@@ -126,14 +128,19 @@ class LocalBackend(Backend):
         key = (model.project, model.name)
         async with self._lock:
             for (project, name), other in self._models.items():
-                if name == model.name and project != model.project and same_base_model(other.base_model, model.base_model):
+                if (
+                    name == model.name
+                    and project != model.project
+                    and same_base_model(other.base_model, model.base_model)
+                ):
                     raise ValueError(
                         f"model name {model.name!r} is already served for project {project!r} on this server; "
                         "adapters are named by model name, so pick another name"
                     )
             store = self.storage.model(model.project, model.name)
-            record = model.model_dump(mode="json", exclude={"inference_api_key", "inference_base_url", "base_model",
-                                                            "project", "name"})  # fmt: skip
+            record = model.model_dump(
+                mode="json", exclude={"inference_api_key", "inference_base_url", "base_model", "project", "name"}
+            )
             await asyncio.to_thread(store.bind, model.base_model, **record)  # refuses another base model
             step = await self.get_step(model)
             rank = await asyncio.to_thread(adapter_rank, store, step)  # the server must fit the latest adapter
@@ -155,13 +162,17 @@ class LocalBackend(Backend):
 
     def local_checkpoint(self, model: TrainableModel, step: int) -> str:
         """A local directory holding step `step`'s adapter (a zero adapter for step 0), copied from storage if remote."""
-        return local_adapter(self.storage.model(model.project, model.name), model.base_model, step, cache=self.cache_dir)
+        return local_adapter(
+            self.storage.model(model.project, model.name), model.base_model, step, cache=self.cache_dir
+        )
 
     async def _serve(self, model: TrainableModel, server: VLLMServer, step: int) -> None:
         path = await asyncio.to_thread(self.local_checkpoint, model, step)
         evicted = await self._adapter_manager(server).serve_step(model.name, step, path)
         if evicted:
-            log.info("unloaded %s (keep_steps=%d)", ", ".join(step_name(model.name, s) for s in evicted), self.keep_steps)
+            log.info(
+                "unloaded %s (keep_steps=%d)", ", ".join(step_name(model.name, s) for s in evicted), self.keep_steps
+            )
 
     async def serve_step(self, model: TrainableModel, step: int) -> str:
         """Serve step `step` of `model` as `name@step` (also as `name` when no later step is loaded).
@@ -197,7 +208,9 @@ class LocalBackend(Backend):
         config = resolve_train_config(model, config, _config, art_options)
 
         if (model.project, model.name) not in self._models:
-            raise RuntimeError(f"model {model.name!r} is not registered with this backend: `await model.register(backend)`")
+            raise RuntimeError(
+                f"model {model.name!r} is not registered with this backend: `await model.register(backend)`"
+            )
         config = config or TrainConfig()
         store = self.storage.model(model.project, model.name)
         async with self._lock:
@@ -205,8 +218,9 @@ class LocalBackend(Backend):
             server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=config.lora_rank)
             await self.ensure_serving()
             step = await self.get_step(model)
-            result = await asyncio.to_thread(train_and_record, store, model.base_model, groups, config, step,
-                                             servers=[server])  # sleeps while the trainer holds the GPU  # fmt: skip
+            result = await asyncio.to_thread(
+                train_and_record, store, model.base_model, groups, config, step, servers=[server]
+            )  # sleeps while the trainer holds the GPU
             await self.ensure_serving()  # a server that died while we trained comes back before the new step loads
             await self._serve(model, server, result.step)
         model._step = result.step  # rollouts after backend.train sample the new step (ART's backend-first loop)
@@ -214,8 +228,14 @@ class LocalBackend(Backend):
             log.warning("%s trained to step %d: %s", model.name, result.step, result.metrics)
         return result
 
-    async def train_sft(self, model: TrainableModel, trajectories: list, config: Any = None, verbose: bool = False,
-                        train_config: "TrainConfig | None" = None) -> TrainResult:
+    async def train_sft(
+        self,
+        model: TrainableModel,
+        trajectories: list,
+        config: Any = None,
+        verbose: bool = False,
+        train_config: "TrainConfig | None" = None,
+    ) -> TrainResult:
         """Supervised fine-tuning of the model's adapter (ART's `train_sft`): checkpoint step + 1, then served.
 
         `trajectories` are conversations ending with an assistant message (art_core.sft reads them from JSONL);
@@ -225,7 +245,9 @@ class LocalBackend(Backend):
         from art_core.sft import TrainSFTConfig, sft_and_record
 
         if (model.project, model.name) not in self._models:
-            raise RuntimeError(f"model {model.name!r} is not registered with this backend: `await model.register(backend)`")
+            raise RuntimeError(
+                f"model {model.name!r} is not registered with this backend: `await model.register(backend)`"
+            )
         config = config if isinstance(config, TrainSFTConfig) else TrainSFTConfig(**(config or {}))
         train_config = resolve_train_config(model, train_config)
         store = self.storage.model(model.project, model.name)
@@ -233,8 +255,16 @@ class LocalBackend(Backend):
             server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=train_config.lora_rank)
             await self.ensure_serving()
             step = await self.get_step(model)
-            result = await asyncio.to_thread(sft_and_record, store, model.base_model, list(trajectories), config,
-                                             train_config, step, servers=[server])
+            result = await asyncio.to_thread(
+                sft_and_record,
+                store,
+                model.base_model,
+                list(trajectories),
+                config,
+                train_config,
+                step,
+                servers=[server],
+            )
             await self.ensure_serving()
             await self._serve(model, server, result.step)
         model._step = result.step
@@ -282,8 +312,15 @@ class LocalBackend(Backend):
         parts = [bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])]
         return "s3://" + "/".join(parts + [model.project, "models", model.name])
 
-    async def _experimental_push_to_s3(self, model: Model, *, s3_bucket: str | None = None, prefix: str | None = None,
-                                       verbose: bool = False, delete: bool = False) -> str:  # fmt: skip
+    async def _experimental_push_to_s3(
+        self,
+        model: Model,
+        *,
+        s3_bucket: str | None = None,
+        prefix: str | None = None,
+        verbose: bool = False,
+        delete: bool = False,
+    ) -> str:
         """ART's backup: copy the model's folder (checkpoints, history, trajectories) to
         s3://{bucket}/[{prefix}/]{project}/models/{name}; returns that URL. `delete` also removes remote
         files that are gone here."""
@@ -297,9 +334,15 @@ class LocalBackend(Backend):
             log.warning("pushed %s to %s", local, remote)
         return remote
 
-    async def _experimental_pull_from_s3(self, model: Model, *, s3_bucket: str | None = None,
-                                         prefix: str | None = None, verbose: bool = False,
-                                         delete: bool = False) -> str:  # fmt: skip
+    async def _experimental_pull_from_s3(
+        self,
+        model: Model,
+        *,
+        s3_bucket: str | None = None,
+        prefix: str | None = None,
+        verbose: bool = False,
+        delete: bool = False,
+    ) -> str:
         """ART's restore: copy s3://{bucket}/[{prefix}/]{project}/models/{name} into this backend's storage
         (before `register`, so training resumes at the latest pulled step; after it, that step is served)."""
         from art_core.storage import Storage
@@ -327,7 +370,7 @@ class LocalBackend(Backend):
         base = src.fs._strip_protocol(src_dir)
         copied = set()
         for f in src.fs.find(src_dir):
-            rel = f[len(base):].lstrip("/")
+            rel = f[len(base) :].lstrip("/")
             with src.fs.open(f, "rb") as fin:
                 data = fin.read()
             target = dst.join(dst_dir, rel)
@@ -338,7 +381,7 @@ class LocalBackend(Backend):
         if delete and dst.fs.exists(dst_dir):
             dbase = dst.fs._strip_protocol(dst_dir)
             for f in dst.fs.find(dst_dir):
-                if f[len(dbase):].lstrip("/") not in copied:
+                if f[len(dbase) :].lstrip("/") not in copied:
                     dst.fs.rm(f)
 
 

@@ -24,8 +24,8 @@ _UNSLOTH_ONLY = ("use_gradient_checkpointing", "random_state")
 class LoRAConfig(BaseModel):
     """The LoRA adapter's shape, with ART's field names. Unset fields keep TrainConfig's defaults.
 
-        >>> LoRAConfig(rank=8, alpha=16).to_internal_config()
-        {'peft_args': {'r': 8, 'lora_alpha': 16}}
+    >>> LoRAConfig(rank=8, alpha=16).to_internal_config()
+    {'peft_args': {'r': 8, 'lora_alpha': 16}}
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,8 +47,9 @@ class LoRAConfig(BaseModel):
         return out
 
 
-def merge_lora_config(lora_config: LoRAConfig | dict[str, Any] | None,
-                      internal: dict[str, Any] | None) -> dict[str, Any] | None:
+def merge_lora_config(
+    lora_config: LoRAConfig | dict[str, Any] | None, internal: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """`_internal_config` with `lora_config`'s settings added; the same setting given both ways differently is
     an error (which one was meant cannot be told).
 
@@ -60,8 +61,9 @@ def merge_lora_config(lora_config: LoRAConfig | dict[str, Any] | None,
     if isinstance(lora_config, dict):
         lora_config = LoRAConfig(**lora_config)
     elif not isinstance(lora_config, LoRAConfig):
-        raise TypeError(f"lora_config must be an art_core.LoRAConfig or a dict of its fields, not "
-                        f"{type(lora_config).__name__}")
+        raise TypeError(
+            f"lora_config must be an art_core.LoRAConfig or a dict of its fields, not {type(lora_config).__name__}"
+        )
     unslothy = [f for f in _UNSLOTH_ONLY if getattr(lora_config, f) is not None]
     if unslothy:
         from art_core.dev import warn_unsupported
@@ -72,8 +74,10 @@ def merge_lora_config(lora_config: LoRAConfig | dict[str, Any] | None,
         target = merged.setdefault(section, {})
         for key, value in values.items():
             if key in target and target[key] != value:
-                raise ValueError(f"lora_config sets {section}.{key}={value!r} but _internal_config sets it to "
-                                 f"{target[key]!r}; give it in one place")
+                raise ValueError(
+                    f"lora_config sets {section}.{key}={value!r} but _internal_config sets it to "
+                    f"{target[key]!r}; give it in one place"
+                )
             target[key] = value
     return merged or None
 

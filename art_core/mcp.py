@@ -42,8 +42,11 @@ class MCPTool:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MCPTool":
-        return cls(name=data.get("name", ""), description=data.get("description", ""),
-                   parameters=data.get("parameters") or data.get("input_schema") or data.get("inputSchema") or {})
+        return cls(
+            name=data.get("name", ""),
+            description=data.get("description", ""),
+            parameters=data.get("parameters") or data.get("input_schema") or data.get("inputSchema") or {},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -60,8 +63,12 @@ class MCPResource:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MCPResource":
-        return cls(uri=data.get("uri", ""), name=data.get("name", ""), description=data.get("description", ""),
-                   mime_type=data.get("mimeType") or data.get("mime_type"))
+        return cls(
+            uri=data.get("uri", ""),
+            name=data.get("name", ""),
+            description=data.get("description", ""),
+            mime_type=data.get("mimeType") or data.get("mime_type"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = {"uri": self.uri, "name": self.name, "description": self.description}
@@ -140,10 +147,14 @@ class GeneratedScenarioCollection:
     def split(self, train_size: int) -> tuple["GeneratedScenarioCollection", "GeneratedScenarioCollection"]:
         if train_size > len(self.scenarios):
             raise ValueError(f"train_size ({train_size}) is larger than the {len(self.scenarios)} scenarios")
-        return GeneratedScenarioCollection(self.scenarios[:train_size]), GeneratedScenarioCollection(self.scenarios[train_size:])
+        return GeneratedScenarioCollection(self.scenarios[:train_size]), GeneratedScenarioCollection(
+            self.scenarios[train_size:]
+        )
 
     def filter_by_difficulty(self, min_difficulty: int = 1, max_difficulty: int = 5) -> "GeneratedScenarioCollection":
-        return GeneratedScenarioCollection([s for s in self.scenarios if min_difficulty <= s.difficulty <= max_difficulty])
+        return GeneratedScenarioCollection(
+            [s for s in self.scenarios if min_difficulty <= s.difficulty <= max_difficulty]
+        )
 
     def get_difficulty_distribution(self) -> Counter:
         return Counter(s.difficulty for s in self.scenarios)
@@ -184,11 +195,23 @@ Reply with a JSON object {{"scenarios": [{{"task": "...", "difficulty": 1-5}}, .
 
 def reply_schema(num_scenarios: int) -> dict[str, Any]:
     """The strict JSON schema of the generator's reply: exactly `num_scenarios` {task, difficulty 1..5}."""
-    item = {"type": "object", "properties": {"task": {"type": "string", "minLength": 1},
-            "difficulty": {"type": "integer", "minimum": 1, "maximum": 5}}, "required": ["task", "difficulty"],
-            "additionalProperties": False}
-    return {"type": "object", "properties": {"scenarios": {"type": "array", "items": item, "minItems": num_scenarios,
-            "maxItems": num_scenarios}}, "required": ["scenarios"], "additionalProperties": False}
+    item = {
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "minLength": 1},
+            "difficulty": {"type": "integer", "minimum": 1, "maximum": 5},
+        },
+        "required": ["task", "difficulty"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "scenarios": {"type": "array", "items": item, "minItems": num_scenarios, "maxItems": num_scenarios}
+        },
+        "required": ["scenarios"],
+        "additionalProperties": False,
+    }
 
 
 def parse_reply(content: str | None, num_scenarios: int) -> list[GeneratedScenario]:
@@ -232,11 +255,16 @@ async def generate_scenarios(
     (4, 1)
     """
     tool_dicts = [t.to_dict() if isinstance(t, MCPTool) else MCPTool.from_dict(t).to_dict() for t in tools]
-    resource_dicts = [r.to_dict() if isinstance(r, MCPResource) else MCPResource.from_dict(r).to_dict() for r in resources or []]
+    resource_dicts = [
+        r.to_dict() if isinstance(r, MCPResource) else MCPResource.from_dict(r).to_dict() for r in resources or []
+    ]
     if not tool_dicts and not resource_dicts:
         raise ValueError("generate_scenarios needs at least one tool or resource")
-    prompt = PROMPT.format(tools=json.dumps(tool_dicts, indent=1), n=num_scenarios,
-                           resources=json.dumps(resource_dicts, indent=1) if resource_dicts else "none")
+    prompt = PROMPT.format(
+        tools=json.dumps(tool_dicts, indent=1),
+        n=num_scenarios,
+        resources=json.dumps(resource_dicts, indent=1) if resource_dicts else "none",
+    )
     if custom_instructions:
         prompt += f"\n\nAlso follow these instructions:\n{custom_instructions}"
     params = dict(litellm_params or {})
@@ -247,14 +275,22 @@ async def generate_scenarios(
     if seed is not None:
         params.setdefault("seed", seed)
     litellm = import_litellm()
-    fmt = {"type": "json_schema", "json_schema": {"name": "scenarios", "schema": reply_schema(num_scenarios), "strict": True}}
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "scenarios", "schema": reply_schema(num_scenarios), "strict": True},
+    }
     usage, problems = JudgeUsage(), []
     for attempt in range(max_retries + 1):
         if attempt:
             usage.retries += 1
         try:
-            response = await litellm.acompletion(model=generator_model, messages=[{"role": "user", "content": prompt}],
-                                                 response_format=fmt, num_retries=0, **params)
+            response = await litellm.acompletion(
+                model=generator_model,
+                messages=[{"role": "user", "content": prompt}],
+                response_format=fmt,
+                num_retries=0,
+                **params,
+            )
         except Exception as e:  # a refused or failed request: also retried, then reported
             problems.append(f"attempt {attempt + 1}: request failed ({type(e).__name__}: {str(e)[:200]})")
             continue
@@ -275,7 +311,8 @@ async def generate_scenarios(
         return collection
     raise ScenarioGenerationError(
         f"scenario generator {generator_model} gave no usable reply in {max_retries + 1} attempts (it must match the JSON "
-        f"schema: exactly {num_scenarios} items of {{task, difficulty 1-5}}): " + "; ".join(problems), usage
+        f"schema: exactly {num_scenarios} items of {{task, difficulty 1-5}}): " + "; ".join(problems),
+        usage,
     )
 
 
@@ -283,8 +320,12 @@ def scenarios_key(server: str, tools: list[dict[str, Any]], resources: list[dict
     """The stored set's key: a hash of the server, its tool and resource list, the generator and its seed.
 
     The generator's address is left out (the same model moved to another port still hits); no key is hashed."""
-    spec = generate.model_dump(exclude={"api_base", "max_retries"}) if hasattr(generate, "model_dump") else dict(generate)
-    blob = json.dumps({"server": server, "tools": tools, "resources": resources, "generate": spec}, sort_keys=True, default=str)
+    spec = (
+        generate.model_dump(exclude={"api_base", "max_retries"}) if hasattr(generate, "model_dump") else dict(generate)
+    )
+    blob = json.dumps(
+        {"server": server, "tools": tools, "resources": resources, "generate": spec}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -305,8 +346,9 @@ def read_collection(uri: str) -> GeneratedScenarioCollection:
     return GeneratedScenarioCollection.from_json(storage.read_text(uri))
 
 
-def stored_scenarios(server: str, tools: list[dict[str, Any]], resources: list[dict[str, Any]], generate: Any,
-                     store: str | None = None) -> GeneratedScenarioCollection:
+def stored_scenarios(
+    server: str, tools: list[dict[str, Any]], resources: list[dict[str, Any]], generate: Any, store: str | None = None
+) -> GeneratedScenarioCollection:
     """The scenarios for this (server, tools, generator, seed): read from storage, else generated once and stored.
 
     `generate` is an `art_core.envs.mcp.GenerateOptions`. The file holds the scenarios, their cost and what they
@@ -319,20 +361,42 @@ def stored_scenarios(server: str, tools: list[dict[str, Any]], resources: list[d
     if storage.exists(uri):
         log.info("MCP scenarios for %s: reusing %s", server, uri)
         return GeneratedScenarioCollection.from_json(storage.read_text(uri))
-    collection = run_blocking(generate_scenarios(
-        tools, resources, num_scenarios=generate.num_scenarios, custom_instructions=generate.custom_instructions,
-        generator_model=generate.generator_model, generator_base_url=generate.api_base, seed=generate.seed,
-        max_retries=generate.max_retries, litellm_params=generate.litellm_params,
-    ))
+    collection = run_blocking(
+        generate_scenarios(
+            tools,
+            resources,
+            num_scenarios=generate.num_scenarios,
+            custom_instructions=generate.custom_instructions,
+            generator_model=generate.generator_model,
+            generator_base_url=generate.api_base,
+            seed=generate.seed,
+            max_retries=generate.max_retries,
+            litellm_params=generate.litellm_params,
+        )
+    )
     record = json.loads(collection.to_json())
-    record.update(server=server, generator=generate.generator_model, seed=generate.seed, tools=[t["name"] for t in tools])
+    record.update(
+        server=server, generator=generate.generator_model, seed=generate.seed, tools=[t["name"] for t in tools]
+    )
     storage.write_text(uri, json.dumps(record, indent=1))
-    log.info("MCP scenarios for %s: generated %d with %s ($%.4f) -> %s", server, len(collection),
-             generate.generator_model, collection.usage.cost_usd, uri)
+    log.info(
+        "MCP scenarios for %s: generated %d with %s ($%.4f) -> %s",
+        server,
+        len(collection),
+        generate.generator_model,
+        collection.usage.cost_usd,
+        uri,
+    )
     return collection
 
 
 __all__ = [
-    "GeneratedScenario", "GeneratedScenarioCollection", "MCPResource", "MCPTool", "ScenarioGenerationError",
-    "generate_scenarios", "read_collection", "stored_scenarios",
+    "GeneratedScenario",
+    "GeneratedScenarioCollection",
+    "MCPResource",
+    "MCPTool",
+    "ScenarioGenerationError",
+    "generate_scenarios",
+    "read_collection",
+    "stored_scenarios",
 ]

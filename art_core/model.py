@@ -49,8 +49,10 @@ class Model(BaseModel, Generic[ConfigT]):
     inference_model_name: str | None = None
     run_name: str | None = Field(None, description="A label for this run in logs (ART: trainer_args.run_name).")
     report_metrics: list[str] | None = Field(
-        None, description="Where model.log also reports: ['wandb'], or [] for nowhere; None (ART's default): W&B "
-        "when WANDB_API_KEY is set (art_core.wandb_metrics).")
+        None,
+        description="Where model.log also reports: ['wandb'], or [] for nowhere; None (ART's default): W&B "
+        "when WANDB_API_KEY is set (art_core.wandb_metrics).",
+    )
 
     _backend: "Backend | None" = PrivateAttr(default=None)
 
@@ -147,10 +149,8 @@ class Model(BaseModel, Generic[ConfigT]):
             write_jsonl(groups, _Sink)
             await asyncio.to_thread(storage.write_text, path, "".join(lines))
         prefix = f"{split}/"
-        values = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in values.items()}
-        record = await asyncio.to_thread(
-            record_metrics, storage, self.project, self.storage_name, step, values, prefix
-        )
+        values = {(k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in values.items()}
+        record = await asyncio.to_thread(record_metrics, storage, self.project, self.storage_name, step, values, prefix)
         if to_wandb:
             await asyncio.to_thread(log_record, self.project, self.storage_name, step, record, self.run_name)
         return record
@@ -251,9 +251,12 @@ class TrainableModel(Model[ConfigT]):
         running = [s for s in servers if getattr(s.config, "model", None) == self.base_model]
         target = getattr(pool, "overrides", None)
         if running or target is None:
-            warn_unsupported("_internal_config.engine_args", overrides,
-                             "the server for this base model is already running (or the backend starts none); "
-                             "these settings apply only to a server the backend starts")  # fmt: skip
+            warn_unsupported(
+                "_internal_config.engine_args",
+                overrides,
+                "the server for this base model is already running (or the backend starts none); "
+                "these settings apply only to a server the backend starts",
+            )
             return
         extra = list(target.get("extra_args", [])) + overrides.pop("extra_args", [])
         target.update(overrides)
@@ -293,7 +296,9 @@ class TrainableModel(Model[ConfigT]):
             log.warning("%s trained to step %d: %s", self.name, result.step, result.metrics)
         return result
 
-    async def train_sft(self, trajectories: "Iterable[Any]", config: Any = None, verbose: bool = False) -> "TrainResult":
+    async def train_sft(
+        self, trajectories: "Iterable[Any]", config: Any = None, verbose: bool = False
+    ) -> "TrainResult":
         """Supervised fine-tuning on conversations (ART's `model.train_sft`); same as `backend.train_sft(self, ...)`.
 
         config: `TrainSFTConfig(learning_rate=..., batch_size=..., assistant_turns=...)` (art_core.sft).

@@ -48,8 +48,10 @@ class _Client:
         # -I -S: no environment, no site-packages; the watchdog needs the standard library only.
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", os.path.abspath(__file__), "--watch", str(self.owner), str(GRACE_S)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         self.lock = threading.Lock()
         # Wait until it ignores SIGINT and handles SIGTERM: a signal in its first milliseconds must not kill it.
         assert self.proc.stdout is not None
@@ -211,7 +213,11 @@ def _end_all(guarded: dict[int, tuple[bool, str | None]], grace_s: float) -> Non
     for pid, (group, started) in guarded.items():
         _signal(pid, group, started, signal.SIGKILL)
     if guarded:
-        print(f"art_core watchdog: parent gone; ended {sorted(guarded)} (groups and processes)", file=sys.stderr, flush=True)
+        print(
+            f"art_core watchdog: parent gone; ended {sorted(guarded)} (groups and processes)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _watch(parent: int, grace_s: float) -> None:

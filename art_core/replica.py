@@ -27,8 +27,15 @@ import threading
 from typing import Any
 
 
-def start_replica(base_model: str, *, host: str = "127.0.0.1", port: int = 0, max_lora_rank: int = 8,
-                  api_key: str | None = None, **overrides: Any):  # fmt: skip
+def start_replica(
+    base_model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_lora_rank: int = 8,
+    api_key: str | None = None,
+    **overrides: Any,
+):
     """Start a replica and wait until it answers; returns the started VLLMServer.
 
     A host other than loopback needs an API key: a replica open to the network without one is refused.
@@ -66,13 +73,21 @@ class ReplicaActor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Serve a base model for rollouts, loading each step's adapter from storage.")
-    p.add_argument("--base-model", required=True, help="model folder (or hub id) the run's LoRA adapters are trained on")
+    p = argparse.ArgumentParser(
+        description="Serve a base model for rollouts, loading each step's adapter from storage."
+    )
+    p.add_argument(
+        "--base-model", required=True, help="model folder (or hub id) the run's LoRA adapters are trained on"
+    )
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines (needs ART_INFERENCE_API_KEY)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-lora-rank", type=int, default=16, help="the largest LoRA rank the run trains")
-    p.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="share of the GPU for vLLM (default: 0.6, leaving room for a trainer on the same GPU)")  # fmt: skip
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="share of the GPU for vLLM (default: 0.6, leaving room for a trainer on the same GPU)",
+    )
     args = p.parse_args(argv)
     overrides: dict[str, Any] = {}
     if args.gpu_memory_utilization is not None:
@@ -82,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         print("error: set ART_INFERENCE_API_KEY to the key runs will use for this replica", file=sys.stderr)
         return 2
     try:
-        server = start_replica(args.base_model, host=args.host, port=args.port, max_lora_rank=args.max_lora_rank,
-                               api_key=key, **overrides)  # fmt: skip
+        server = start_replica(
+            args.base_model, host=args.host, port=args.port, max_lora_rank=args.max_lora_rank, api_key=key, **overrides
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -77,7 +77,7 @@ def display_table(rows: list[dict[str, Any]], digits: int = 3) -> list[dict[str,
 
     def show(v: Any) -> Any:
         if isinstance(v, float) and math.isfinite(v):
-            return round(v, digits) if abs(v) >= 10 ** -digits or v == 0 else float(f"{v:.{digits}g}")
+            return round(v, digits) if abs(v) >= 10**-digits or v == 0 else float(f"{v:.{digits}g}")
         return v
 
     return [{"step": r.get("step"), **{c: show(r.get(c)) for c in columns}} for r in rows]
@@ -163,8 +163,12 @@ def log_wandb(
             for step, group in sample_groups:
                 for t in group.trajectories:
                     msgs = t.messages()
-                    table.add_data(step, str(group.metadata.get("scenario_id", "")), t.reward,
-                                   str(msgs[-1].get("content", ""))[:500] if msgs else "")  # fmt: skip
+                    table.add_data(
+                        step,
+                        str(group.metadata.get("scenario_id", "")),
+                        t.reward,
+                        str(msgs[-1].get("content", ""))[:500] if msgs else "",
+                    )
             run.log({"samples": table})
         return run.dir
     finally:

@@ -105,8 +105,9 @@ async def rollout_groups(
         pending = [
             trajectory_group(
                 (balanced_rollout(env, balancer, model, s, **sampling) for _ in range(group_size)),
-                scenario_id=s.id, split=s.split,
-            )  # fmt: skip
+                scenario_id=s.id,
+                split=s.split,
+            )
             for s in scenarios
         ]
         return await gather_trajectory_groups(pending, max_exceptions=max_exceptions, pbar_desc=pbar_desc)

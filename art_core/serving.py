@@ -125,21 +125,27 @@ def discover_endpoint(base_url: str, api_key: str | None = None) -> Endpoint:
     bases = [m["id"] for m in r.json()["data"] if not m.get("parent")]
     if not bases:
         raise RuntimeError(f"inference server {base_url} lists no base model in /v1/models")
-    return Endpoint(base_url=base_url.rstrip("/"), api_key=api_key, base_name=bases[0],
-                    shares_files=on_this_machine(base_url))  # fmt: skip
+    return Endpoint(
+        base_url=base_url.rstrip("/"), api_key=api_key, base_name=bases[0], shares_files=on_this_machine(base_url)
+    )
 
 
 # ---- servers ---------------------------------------------------------------------------------------
-def server_config(base_model: str, *, max_lora_rank: int = 8, overrides: dict[str, Any] | None = None,
-                  **fields: Any) -> "ServerConfig":  # fmt: skip
+def server_config(
+    base_model: str, *, max_lora_rank: int = 8, overrides: dict[str, Any] | None = None, **fields: Any
+) -> "ServerConfig":
     """How every server we start for training is configured. `overrides` (a user's server settings) and
     `fields` win, except that max_lora_rank never drops below what the adapters need."""
     from art_core.inference.server import ServerConfig
 
     overrides = {**(overrides or {}), **fields}
     rank = max(max_lora_rank, int(overrides.pop("max_lora_rank", None) or 1))
-    fields = {"served_model_name": base_served_name(base_model), "gpu_memory_utilization": TRAINING_GPU_SHARE,
-              **overrides, "max_lora_rank": server_lora_rank(rank)}  # fmt: skip
+    fields = {
+        "served_model_name": base_served_name(base_model),
+        "gpu_memory_utilization": TRAINING_GPU_SHARE,
+        **overrides,
+        "max_lora_rank": server_lora_rank(rank),
+    }
     return ServerConfig(model=base_model, **fields)
 
 
@@ -183,8 +189,14 @@ class ServerPool:
             self._servers[(self._key(server.config.model), 0)] = server
         return server
 
-    def get(self, base_model: str, *, max_lora_rank: int = 8, replica: int = 0,
-            options: "ServerOptions | dict[str, Any] | None" = None) -> "VLLMServer":  # fmt: skip
+    def get(
+        self,
+        base_model: str,
+        *,
+        max_lora_rank: int = 8,
+        replica: int = 0,
+        options: "ServerOptions | dict[str, Any] | None" = None,
+    ) -> "VLLMServer":
         """The running server for `base_model` (started, restarted if dead, or widened for the LoRA rank);
         `replica` > 0 names further servers of the same model (each on a port of its own). `options` (a run's
         server settings, e.g. its dtype) apply to a server started here; a running server started with other
@@ -198,7 +210,9 @@ class ServerPool:
             if server is not None and id(server) in self._owned and wanted:
                 changed = {k: v for k, v in wanted.items() if getattr(server.config, k) != v}
                 if changed:
-                    log.warning("restarting the vLLM server at %s with the run's server settings %s", server.base_url, changed)
+                    log.warning(
+                        "restarting the vLLM server at %s with the run's server settings %s", server.base_url, changed
+                    )
                     server.config = server.config.model_copy(update=changed)
                     server.restart()
             if server is None:
@@ -207,8 +221,13 @@ class ServerPool:
                 self._servers[key] = server
                 self._owned.add(id(server))
                 server.start()
-                log.info("started a vLLM server for %s at %s (pid %s, log %s)", base_model, server.base_url,
-                         server.pid, server.log_path)  # fmt: skip
+                log.info(
+                    "started a vLLM server for %s at %s (pid %s, log %s)",
+                    base_model,
+                    server.base_url,
+                    server.pid,
+                    server.log_path,
+                )
                 return server
             return keep_serving(server, max_lora_rank)
 
@@ -227,8 +246,13 @@ def keep_serving(server: "VLLMServer", max_lora_rank: int) -> "VLLMServer":
     when it died (same port and key both ways; callers reload adapters, `server.restarts` changed)."""
     needed = server_lora_rank(max_lora_rank)
     if server.config.enable_lora and server.config.max_lora_rank < needed:
-        log.warning("restarting the vLLM server at %s with max_lora_rank %d (was %d) for LoRA rank %d",
-                    server.base_url, needed, server.config.max_lora_rank, max_lora_rank)  # fmt: skip
+        log.warning(
+            "restarting the vLLM server at %s with max_lora_rank %d (was %d) for LoRA rank %d",
+            server.base_url,
+            needed,
+            server.config.max_lora_rank,
+            max_lora_rank,
+        )
         server.config = server.config.model_copy(update={"max_lora_rank": needed})
         server.restart()
     elif not server.is_alive():
@@ -240,8 +264,14 @@ def keep_serving(server: "VLLMServer", max_lora_rank: int) -> "VLLMServer":
 PROCESS_POOL = ServerPool()  # the Prefect tasks' servers: one per base model per worker process
 
 
-def endpoint_for(base_model: str, inference_url: str | None = None, *, max_lora_rank: int = 8,
-                 pool: ServerPool | None = None, options: "ServerOptions | dict[str, Any] | None" = None) -> Endpoint:  # fmt: skip
+def endpoint_for(
+    base_model: str,
+    inference_url: str | None = None,
+    *,
+    max_lora_rank: int = 8,
+    pool: ServerPool | None = None,
+    options: "ServerOptions | dict[str, Any] | None" = None,
+) -> Endpoint:
     """The endpoint at `inference_url` (key from ART_INFERENCE_API_KEY), else this process's own server
     (started with `options`, the run's server settings)."""
     if inference_url:
@@ -261,7 +291,9 @@ def _options_dict(options: "ServerOptions | dict[str, Any] | None") -> dict[str,
     return options.model_dump(exclude_unset=True)
 
 
-def servers_sharing(base_model: str, inference_url: str | None = None, pool: ServerPool | None = None) -> list["VLLMServer"]:
+def servers_sharing(
+    base_model: str, inference_url: str | None = None, pool: ServerPool | None = None
+) -> list["VLLMServer"]:
     """The servers a trainer in this process shares its device with: the one at `inference_url` if this
     process runs it, else the pool's server for the base model (none when the server lives elsewhere)."""
     if inference_url:
@@ -361,17 +393,22 @@ def fetch_adapter(source: str, base_model: str, cache: str | None = None) -> str
 
 def load_adapter(endpoint: Endpoint, lora_name: str, local_path: str) -> None:
     """Load (or reload in place) a LoRA adapter into the server under `lora_name`."""
-    r = httpx.post(f"{endpoint.base_url}/load_lora_adapter",
-                   json={"lora_name": lora_name, "lora_path": local_path, "load_inplace": True},
-                   headers=endpoint.headers(), timeout=300.0)  # fmt: skip
+    r = httpx.post(
+        f"{endpoint.base_url}/load_lora_adapter",
+        json={"lora_name": lora_name, "lora_path": local_path, "load_inplace": True},
+        headers=endpoint.headers(),
+        timeout=300.0,
+    )
     if r.status_code >= 400:
         hint = ""
         if "max_lora_rank" in r.text or "greater than" in r.text:
             hint = " The adapter's rank is larger than the server's --max-lora-rank: start it with a larger one."
         elif r.status_code == 404:
             hint = " The server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
-        raise RuntimeError(f"the server at {endpoint.base_url} refused to load adapter {lora_name!r} from "
-                           f"{local_path}: {r.status_code} {r.text[:300]}.{hint}")  # fmt: skip
+        raise RuntimeError(
+            f"the server at {endpoint.base_url} refused to load adapter {lora_name!r} from "
+            f"{local_path}: {r.status_code} {r.text[:300]}.{hint}"
+        )
 
 
 def adapter_rank(store: "ModelStore", step: int) -> int:

@@ -56,10 +56,19 @@ def inputs_key(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
-                endpoint: "Callable[[int], Endpoint | list[Endpoint]]", *, served_name: "Callable[[Endpoint], str] | None" = None,
-                run: Callable[[Any], Any] | None = None, sample_step: int | None = None, oldest_reusable: int | None = None,
-                replicas: "Replicas | None" = None) -> GatherOutcome:  # fmt: skip
+def gather_step(
+    ref: ModelRef,
+    rollout: RolloutSpec,
+    step: int,
+    policy: str,
+    endpoint: "Callable[[int], Endpoint | list[Endpoint]]",
+    *,
+    served_name: "Callable[[Endpoint], str] | None" = None,
+    run: Callable[[Any], Any] | None = None,
+    sample_step: int | None = None,
+    oldest_reusable: int | None = None,
+    replicas: "Replicas | None" = None,
+) -> GatherOutcome:
     """Step `step`'s rollouts: reused from storage when a checkpoint was trained on them or these inputs
     wrote them (a crash between the write and a cache commit must not roll out again); else rolled out.
 
@@ -83,11 +92,17 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
         trained = store.is_complete(step + 1)
         fresh_enough = oldest_reusable is not None and all(
             int(g.metadata.get("sampled_step", step)) >= oldest_reusable for g in groups
-        )  # fmt: skip
+        )
         if trained or fresh_enough or all(g.metadata.get("inputs_key") == key for g in groups):
             log.info("step %d: reusing the rollouts in %s (not rolling out again)", step, uri)
-            return GatherOutcome(step=step, uri=uri, fingerprint=file_fingerprint(store.storage, uri), summary=reward_summary(groups),
-                                 reused=True, seconds=time.perf_counter() - t0)  # fmt: skip
+            return GatherOutcome(
+                step=step,
+                uri=uri,
+                fingerprint=file_fingerprint(store.storage, uri),
+                summary=reward_summary(groups),
+                reused=True,
+                seconds=time.perf_counter() - t0,
+            )
     env = rollout.load_environment()
     found = endpoint(adapter_rank(store, sampled))
     endpoints = found if isinstance(found, list) else [found]
@@ -102,8 +117,15 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
 
         groups = roll_out_on_ray(rollout, endpoints, name, scenarios, replicas.ray_address)
     else:
-        coro = rollout_groups(env, endpoints, name, scenarios, rollout.group_size, max_exceptions=rollout.max_exceptions,
-                              sampling=rollout.sampling)  # fmt: skip
+        coro = rollout_groups(
+            env,
+            endpoints,
+            name,
+            scenarios,
+            rollout.group_size,
+            max_exceptions=rollout.max_exceptions,
+            sampling=rollout.sampling,
+        )
         groups = (run or asyncio.run)(coro)
     for g in groups:
         g.metadata.update(inputs_key=key, sampled_from=name, sampled_step=sampled)
@@ -111,15 +133,35 @@ def gather_step(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str,
             t.metadata["sampled_step"] = sampled
     store.write_groups(uri, groups)
     summary = reward_summary(groups)
-    log.info("step %d: %d rollouts of %s on %d replica(s), reward %.3f -> %s", step, int(summary["trajectories"]),
-             name, len(endpoints), summary["reward"], uri)  # fmt: skip
-    return GatherOutcome(step=step, uri=uri, fingerprint=file_fingerprint(store.storage, uri), summary=summary, reused=False,
-                         seconds=time.perf_counter() - t0)  # fmt: skip
+    log.info(
+        "step %d: %d rollouts of %s on %d replica(s), reward %.3f -> %s",
+        step,
+        int(summary["trajectories"]),
+        name,
+        len(endpoints),
+        summary["reward"],
+        uri,
+    )
+    return GatherOutcome(
+        step=step,
+        uri=uri,
+        fingerprint=file_fingerprint(store.storage, uri),
+        summary=summary,
+        reused=False,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 # ---- train -----------------------------------------------------------------------------------------
-def train_and_record(store: ModelStore, base_model: str, groups: "list[TrajectoryGroup]", config: "TrainConfig",
-                     step: int, *, servers: "Iterable[VLLMServer]" = ()) -> TrainResult:  # fmt: skip
+def train_and_record(
+    store: ModelStore,
+    base_model: str,
+    groups: "list[TrajectoryGroup]",
+    config: "TrainConfig",
+    step: int,
+    *,
+    servers: "Iterable[VLLMServer]" = (),
+) -> TrainResult:
     """Train step `step` -> checkpoint `step + 1` and append its record to history.jsonl; once.
 
     If checkpoint `step + 1` is complete nothing is trained (`trained=False`); a missing history record is
@@ -135,8 +177,15 @@ def train_and_record(store: ModelStore, base_model: str, groups: "list[Trajector
     for server in servers:
         server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
     try:
-        result = train_step(base_model=base_model, groups=groups, config=config, storage=store.storage,
-                            project=store.project, name=store.name, step=step)  # fmt: skip
+        result = train_step(
+            base_model=base_model,
+            groups=groups,
+            config=config,
+            storage=store.storage,
+            project=store.project,
+            name=store.name,
+            step=step,
+        )
     finally:
         if servers:
             _release_cuda_cache()
@@ -155,8 +204,9 @@ def already_trained(store: ModelStore, groups: "list[TrajectoryGroup] | None", t
         return None
     store.backfill_train_record(target, extra=reward_summary(groups) if groups else None)
     log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
-    return TrainResult(step=target, metrics=store.train_metrics(target), checkpoint_path=store.checkpoint(target),
-                       trained=False)  # fmt: skip
+    return TrainResult(
+        step=target, metrics=store.train_metrics(target), checkpoint_path=store.checkpoint(target), trained=False
+    )
 
 
 def staleness(groups: "list[TrajectoryGroup]", step: int) -> dict[str, float]:

@@ -18,6 +18,7 @@ import fsspec
 from art_core.naming import validate_name  # noqa: F401  (re-exported: its home before art_core.naming)
 from art_core.store import CHECKPOINT_MARKER, ModelStore, model_dir  # the layout's one owner
 
+
 def storage_options_from_env() -> dict[str, Any]:
     """s3fs options from the usual AWS variables; an endpoint URL points at MinIO, moto or another S3."""
     opts: dict[str, Any] = {}

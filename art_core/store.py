@@ -106,8 +106,13 @@ class ModelStore:
                 f"{self.project}/{self.name} was trained from base model {old!r}, not {base_model!r}: its "
                 f"checkpoints ({self.root}/checkpoints) do not fit. Use another model name, or the same base model."
             )
-        merged = {**stored, **{k: v for k, v in record.items() if v is not None}, "project": self.project,
-                  "name": self.name, "base_model": old or base_model}  # fmt: skip
+        merged = {
+            **stored,
+            **{k: v for k, v in record.items() if v is not None},
+            "project": self.project,
+            "name": self.name,
+            "base_model": old or base_model,
+        }
         if merged != stored:
             self.storage.write_json(self.model_json, merged)
 
@@ -132,8 +137,11 @@ class ModelStore:
             if self.is_complete(int(tail)):
                 steps.append(int(tail))
             else:
-                self._warn_once(entry, f"checkpoint folder {self.checkpoint(int(tail))} has no {CHECKPOINT_MARKER} "
-                                       "marker (a crash while it was written?): ignored; that step is trained again")  # fmt: skip
+                self._warn_once(
+                    entry,
+                    f"checkpoint folder {self.checkpoint(int(tail))} has no {CHECKPOINT_MARKER} "
+                    "marker (a crash while it was written?): ignored; that step is trained again",
+                )
         return sorted(steps)
 
     def latest_step(self) -> int:
@@ -174,8 +182,12 @@ class ModelStore:
                 raise ValueError(f"holds {len(groups)} groups, written with {sorted(expected)}")
             return groups
         except Exception as e:  # truncated JSON, a cut at a line end, a foreign file, a schema from elsewhere
-            log.warning("rollout file %s cannot be read (%s: %s): treating it as missing; the step is rolled out "
-                        "again", uri, type(e).__name__, str(e)[:200])  # fmt: skip
+            log.warning(
+                "rollout file %s cannot be read (%s: %s): treating it as missing; the step is rolled out again",
+                uri,
+                type(e).__name__,
+                str(e)[:200],
+            )
             return None
 
     # ---- history -----------------------------------------------------------------------------------
@@ -243,8 +255,12 @@ class ModelStore:
         if state.get("kind") == "sft":  # written by supervised fine-tuning: its record lives under "sft/"
             return None
         metrics = {**(extra or {}), **(state.get("metrics") or {}), "backfilled": 1.0}
-        log.warning("history of %s had no train record for step %d (checkpoint %s exists): recorded it from the "
-                    "checkpoint", self.root, step, self.checkpoint(step))  # fmt: skip
+        log.warning(
+            "history of %s had no train record for step %d (checkpoint %s exists): recorded it from the checkpoint",
+            self.root,
+            step,
+            self.checkpoint(step),
+        )
         return self.record(step, metrics, prefix="train/")
 
     # ---- evaluations and reports ---------------------------------------------------------------------

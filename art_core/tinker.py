@@ -8,6 +8,8 @@ on your own device. Any name taken from this module raises NotImplementedError s
 
 from art_core._unavailable import refuse_all
 
-WHY = ("Thinking Machines' Tinker API is a hosted training service art_core does not call; train with "
-       "art_core.LocalBackend or the Prefect train flow (docs/art-compatibility.md)")
+WHY = (
+    "Thinking Machines' Tinker API is a hosted training service art_core does not call; train with "
+    "art_core.LocalBackend or the Prefect train flow (docs/art-compatibility.md)"
+)
 __getattr__ = refuse_all(__name__, WHY)

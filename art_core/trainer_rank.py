@@ -8,6 +8,8 @@ ranks. Any name taken from this module raises NotImplementedError saying so:
 
 from art_core._unavailable import refuse_all
 
-WHY = ("art_core trains on one device in one process (no Megatron trainer ranks); use art_core.LocalBackend, "
-       "or replicas for sampling (art_core.fanout)")
+WHY = (
+    "art_core trains on one device in one process (no Megatron trainer ranks); use art_core.LocalBackend, "
+    "or replicas for sampling (art_core.fanout)"
+)
 __getattr__ = refuse_all(__name__, WHY)

@@ -100,8 +100,8 @@ class Trajectory(BaseModel):
     async def track_duration(self, name: str) -> AsyncIterator[None]:
         """Add the seconds spent in the block to metrics[f"{name}_duration"] (summed over repeated uses).
 
-            async with trajectory.track_duration("llm"):
-                reply = await client.chat.completions.create(...)
+        async with trajectory.track_duration("llm"):
+            reply = await client.chat.completions.create(...)
         """
         start = time.monotonic()
         try:
@@ -113,8 +113,8 @@ class Trajectory(BaseModel):
     def for_logging(self) -> dict[str, Any]:
         """A JSON-ready dict for logs and tables: reward, metrics, metadata, logs, plain messages, tools.
 
-            >>> Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0).for_logging()["reward"]
-            1.0
+        >>> Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0).for_logging()["reward"]
+        1.0
         """
         return {
             "reward": self.reward,
@@ -140,7 +140,11 @@ def choice_to_message(choice: Choice) -> Message:
     out: Message = {"role": "assistant", "content": msg.content or ""}
     if msg.tool_calls:
         out["tool_calls"] = [
-            {"id": tc.id, "type": "function", "function": {"name": tc.function.name, "arguments": tc.function.arguments}}
+            {
+                "id": tc.id,
+                "type": "function",
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+            }
             for tc in msg.tool_calls
         ]
     return out
@@ -202,7 +206,10 @@ class TrajectoryGroup(BaseModel):
         errors = [i for i in items if isinstance(i, BaseException)]
         if errors:
             data["trajectories"] = [i for i in items if not isinstance(i, BaseException)]
-        extra = [e if not isinstance(e, BaseException) else RolloutError.from_exception(e) for e in data.get("exceptions") or []]
+        extra = [
+            e if not isinstance(e, BaseException) else RolloutError.from_exception(e)
+            for e in data.get("exceptions") or []
+        ]
         if errors or extra:
             data["exceptions"] = extra + [RolloutError.from_exception(e) for e in errors]
         super().__init__(**data)

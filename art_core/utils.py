@@ -83,11 +83,11 @@ def iterate_dataset(
 def limit_concurrency(n: int, derive_key: Callable[..., Any] | None = None) -> Callable:
     """Decorator for async functions: at most `n` calls run at once (per key, if `derive_key` is given).
 
-        @limit_concurrency(4)
-        async def call_tool(...): ...
+    @limit_concurrency(4)
+    async def call_tool(...): ...
 
-        @limit_concurrency(1, derive_key=lambda user_id, *_: user_id)   # one call per user at a time
-        async def update_user(user_id, ...): ...
+    @limit_concurrency(1, derive_key=lambda user_id, *_: user_id)   # one call per user at a time
+    async def update_user(user_id, ...): ...
     """
     if n < 1:
         raise ValueError("n must be at least 1")
@@ -109,8 +109,8 @@ def limit_concurrency(n: int, derive_key: Callable[..., Any] | None = None) -> C
 def format_message(message: Any) -> str:
     """A chat message (dict, openai message or Choice) as readable text: role, content and tool calls.
 
-        >>> format_message({"role": "user", "content": "hi"})
-        '[user] hi'
+    >>> format_message({"role": "user", "content": "hi"})
+    '[user] hi'
     """
     from art_core.trajectories import Choice, choice_to_message
 
@@ -162,5 +162,12 @@ def log_http_errors(func: Callable) -> Callable:
     return wrapper
 
 
-__all__ = ["DatasetBatch", "format_message", "get_model_step", "iterate_dataset", "limit_concurrency",
-           "log_http_errors", "retry"]  # fmt: skip
+__all__ = [
+    "DatasetBatch",
+    "format_message",
+    "get_model_step",
+    "iterate_dataset",
+    "limit_concurrency",
+    "log_http_errors",
+    "retry",
+]

@@ -48,8 +48,10 @@ def _mode() -> str:
     if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun"):
         return "offline"
     if not os.environ.get("WANDB_API_KEY"):
-        raise ValueError("report_metrics asks for W&B but WANDB_API_KEY is not set: export it, or set "
-                         "WANDB_MODE=offline to log to local files (wandb sync uploads them later)")
+        raise ValueError(
+            "report_metrics asks for W&B but WANDB_API_KEY is not set: export it, or set "
+            "WANDB_MODE=offline to log to local files (wandb sync uploads them later)"
+        )
     return "online"
 
 
@@ -65,8 +67,15 @@ def log_record(project: str, run_id: str, step: int, metrics: dict[str, Any], ru
     with _lock:
         run = _runs.get((project, run_id))
         if run is None or getattr(run, "_is_finished", False):
-            run = wandb.init(project=project, id=run_id, name=run_name or run_id, resume="allow", mode=_mode(),
-                             dir=os.environ.get("WANDB_DIR") or None, reinit="create_new")
+            run = wandb.init(
+                project=project,
+                id=run_id,
+                name=run_name or run_id,
+                resume="allow",
+                mode=_mode(),
+                dir=os.environ.get("WANDB_DIR") or None,
+                reinit="create_new",
+            )
             run.define_metric("training_step")
             run.define_metric("*", step_metric="training_step")  # ART's x-axis: records may arrive out of order
             _runs[(project, run_id)] = run

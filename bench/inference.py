@@ -51,12 +51,19 @@ TOOLS = [
     }
 ]
 SYSTEM = "You are a store's support agent. Use the tools to look up orders before you answer."
-FOLLOW_UPS = ["Where is my order 1234?", "It has not arrived yet, can you check again?", "Please cancel it then.",
-              "Thanks. Anything else I should know?"]  # fmt: skip
+FOLLOW_UPS = [
+    "Where is my order 1234?",
+    "It has not arrived yet, can you check again?",
+    "Please cancel it then.",
+    "Thanks. Anything else I should know?",
+]
 
 
 def first_messages(i: int) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Hello, I am customer {i}. {FOLLOW_UPS[0]}"}]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"Hello, I am customer {i}. {FOLLOW_UPS[0]}"},
+    ]
 
 
 def follow_up(turn: int) -> dict:
@@ -81,9 +88,14 @@ class Endpoint:
     async def turn(self, client, messages: list[dict], seed: int, max_tokens: int):
         # No logprobs asked for, as in ART's rollouts: the server adds them (art_core.inference.middleware).
         r = await client.chat.completions.create(
-            model=self.model.get_inference_name(), messages=messages, tools=TOOLS, max_tokens=max_tokens,
-            temperature=1.0, seed=seed, extra_body={"ignore_eos": True},
-        )  # fmt: skip
+            model=self.model.get_inference_name(),
+            messages=messages,
+            tools=TOOLS,
+            max_tokens=max_tokens,
+            temperature=1.0,
+            seed=seed,
+            extra_body={"ignore_eos": True},
+        )
         choice = r.choices[0]
         if choice.logprobs is None or len(choice.logprobs.content) != r.usage.completion_tokens:
             raise RuntimeError("a turn came back without one logprob per sampled token")
@@ -134,8 +146,10 @@ class Offline:
         from vllm import SamplingParams
 
         def params(n: int, t: int) -> list:
-            return [SamplingParams(max_tokens=n, ignore_eos=True, temperature=1.0, seed=1000 * i + t, logprobs=0)
-                    for i in range(rollouts)]  # fmt: skip
+            return [
+                SamplingParams(max_tokens=n, ignore_eos=True, temperature=1.0, seed=1000 * i + t, logprobs=0)
+                for i in range(rollouts)
+            ]
 
         convs = [first_messages(i) for i in range(rollouts)]
         if warm_up:
@@ -192,9 +206,18 @@ class PlainServer:
         from art_core.inference.server import ServerConfig, VLLMServer
 
         # The same process handling as ours (own process group, stopped by id), none of our additions.
-        self.server = VLLMServer(ServerConfig(model=model_dir, served_model_name="plain", dtype=dtype, enable_lora=False,
-                                              tool_call_parser=None, return_tokens_as_token_ids=False,
-                                              compact_json=False, require_api_key=False))  # fmt: skip
+        self.server = VLLMServer(
+            ServerConfig(
+                model=model_dir,
+                served_model_name="plain",
+                dtype=dtype,
+                enable_lora=False,
+                tool_call_parser=None,
+                return_tokens_as_token_ids=False,
+                compact_json=False,
+                require_api_key=False,
+            )
+        )
         self.server.command = self._command
 
     def _command(self) -> list[str]:
@@ -202,7 +225,7 @@ class PlainServer:
 
         args = VLLMServer.command(self.server)
         i = args.index("--middleware")
-        return args[:i] + args[i + 2:]
+        return args[:i] + args[i + 2 :]
 
     async def run(self, rollouts: int, turns: int, tokens: int) -> tuple[int, float]:
         import openai
@@ -212,14 +235,25 @@ class PlainServer:
         async def rollout(i: int) -> int:
             messages, generated = first_messages(i), 0
             for t in range(turns):
-                r = await client.chat.completions.create(model="plain", messages=messages, tools=TOOLS, max_tokens=tokens,
-                                                         temperature=1.0, seed=1000 * i + t, extra_body={"ignore_eos": True})  # fmt: skip
+                r = await client.chat.completions.create(
+                    model="plain",
+                    messages=messages,
+                    tools=TOOLS,
+                    max_tokens=tokens,
+                    temperature=1.0,
+                    seed=1000 * i + t,
+                    extra_body={"ignore_eos": True},
+                )
                 generated += r.usage.completion_tokens
                 messages += [{"role": "assistant", "content": r.choices[0].message.content or ""}, follow_up(t)]
             return generated
 
-        await asyncio.gather(*(client.chat.completions.create(model="plain", messages=first_messages(i), max_tokens=8)
-                               for i in range(rollouts)))  # fmt: skip
+        await asyncio.gather(
+            *(
+                client.chat.completions.create(model="plain", messages=first_messages(i), max_tokens=8)
+                for i in range(rollouts)
+            )
+        )
         t0 = time.perf_counter()
         counts = await asyncio.gather(*(rollout(i) for i in range(rollouts)))
         return sum(counts), time.perf_counter() - t0
@@ -231,8 +265,11 @@ def _cache_counters(root_url: str, headers: dict) -> dict[str, float]:
 
     text = httpx.get(f"{root_url}/metrics", headers=headers, timeout=30).text
     out = {"prompt": 0.0, "queries": 0.0, "hits": 0.0}
-    names = {"vllm:prompt_tokens_total": "prompt", "vllm:prefix_cache_queries_total": "queries",
-             "vllm:prefix_cache_hits_total": "hits"}  # fmt: skip
+    names = {
+        "vllm:prompt_tokens_total": "prompt",
+        "vllm:prefix_cache_queries_total": "queries",
+        "vllm:prefix_cache_hits_total": "hits",
+    }
     for line in text.splitlines():
         name = line.split("{")[0].split(" ")[0]
         if name in names:
@@ -250,7 +287,9 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
         row = {}
         for dtype in ("float32", "bfloat16"):
             ours = Endpoint(model_dir, store)
-            ours.backend = LocalBackend(path=store, cache_dir=os.path.join(store, "cache"), server_config={"dtype": dtype})
+            ours.backend = LocalBackend(
+                path=store, cache_dir=os.path.join(store, "cache"), server_config={"dtype": dtype}
+            )
             await ours.start()
             server = ours.backend.server_for(ours.model)
             try:
@@ -288,9 +327,14 @@ def report_real(result: dict, args: argparse.Namespace) -> list[str]:
         f"{platform.processor() or platform.machine()}, bf16 instructions: {_bf16()}.",
         "",
         f"{'path':<40} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}",
-        *(f"{label:<40} {tokens:>7} {med[k]:>8.2f} {tokens / med[k]:>9.1f}" for k, label in
-          (("ours_float32", "ours, float32"), ("raw_float32", "vLLM's own server, float32"),
-           ("ours_bfloat16", "ours, bfloat16")) ),  # fmt: skip
+        *(
+            f"{label:<40} {tokens:>7} {med[k]:>8.2f} {tokens / med[k]:>9.1f}"
+            for k, label in (
+                ("ours_float32", "ours, float32"),
+                ("raw_float32", "vLLM's own server, float32"),
+                ("ours_bfloat16", "ours, bfloat16"),
+            )
+        ),
         "",
         f"ratio ours / raw vLLM (float32): {med['raw_float32'] / med['ours_float32']:.2f} (goal >= 0.95)",
         f"float32 / bfloat16 speed (ours): {med['ours_bfloat16'] / med['ours_float32']:.2f}x",
@@ -313,9 +357,15 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=32)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64, help="generated tokens per assistant turn")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds per side, one engine alive at a time (median reported)")
-    parser.add_argument("--size", default="small", choices=["tiny", "small", "smollm2"],
-                        help="smollm2: the real model (ours vs vLLM's own server, float32 vs bfloat16, prefix caching)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds per side, one engine alive at a time (median reported)"
+    )
+    parser.add_argument(
+        "--size",
+        default="small",
+        choices=["tiny", "small", "smollm2"],
+        help="smollm2: the real model (ours vs vLLM's own server, float32 vs bfloat16, prefix caching)",
+    )
     parser.add_argument("--out", default=None, help="results file (default bench/results/inference-<device>.txt)")
     args = parser.parse_args()
 

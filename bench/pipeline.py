@@ -89,11 +89,20 @@ def main() -> None:
     os.environ["ART_INFERENCE_API_KEY"] = server.api_key or ""
 
     def config(name: str, steps: int) -> RunConfig:
-        return RunConfig(project="bench", model=name, base_model=model_path, storage_url=os.path.join(work, "art"),
-                         environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=steps,
-                         groups_per_step=args.groups, group_size=args.group_size, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-                         sampling={"max_tokens": args.max_tokens}, inference_url=server.base_url,
-                         report_to_wandb=False)  # fmt: skip
+        return RunConfig(
+            project="bench",
+            model=name,
+            base_model=model_path,
+            storage_url=os.path.join(work, "art"),
+            environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+            steps=steps,
+            groups_per_step=args.groups,
+            group_size=args.group_size,
+            train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+            sampling={"max_tokens": args.max_tokens},
+            inference_url=server.base_url,
+            report_to_wandb=False,
+        )
 
     try:
         plain_loop(config("warmup", 1), 1)

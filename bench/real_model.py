@@ -37,18 +37,23 @@ async def evaluate(env, client, name: str, scenarios, trials: int, max_tokens: i
     import art_core as art
 
     groups = await art.gather_trajectory_groups(
-        (art.TrajectoryGroup(env.rollout(client, name, s, max_tokens=max_tokens, temperature=TEMPERATURE)
-                             for _ in range(trials)) for s in scenarios),
+        (
+            art.TrajectoryGroup(
+                env.rollout(client, name, s, max_tokens=max_tokens, temperature=TEMPERATURE) for _ in range(trials)
+            )
+            for s in scenarios
+        ),
         pbar_desc=None,
-    )  # fmt: skip
+    )
     rewards = [[t.reward for t in g.trajectories] for g in groups]
     flat = [r for rs in rewards for r in rs]
     passes = {k: statistics.mean(all(r >= 1.0 for r in rs[:k]) for rs in rewards) for k in range(1, trials + 1)}
     return {"reward": statistics.mean(flat), "pass": passes}
 
 
-async def one_seed(task: str, seed: int, model_dir: str, steps: int, groups: int, group_size: int,
-                   eval_scenarios: int, trials: int) -> dict:  # fmt: skip
+async def one_seed(
+    task: str, seed: int, model_dir: str, steps: int, groups: int, group_size: int, eval_scenarios: int, trials: int
+) -> dict:
     import art_core as art
     from art_core.envs import load_environment
     from art_core.local_backend import LocalBackend
@@ -62,8 +67,11 @@ async def one_seed(task: str, seed: int, model_dir: str, steps: int, groups: int
     random.Random(seed).shuffle(order)
     held_out = env.scenarios("val")[:eval_scenarios]
     root = tempfile.mkdtemp(prefix=f"real-{task}-{seed}-")
-    backend = LocalBackend(path=os.path.join(root, "art"), cache_dir=os.path.join(root, "cache"),
-                           server_config={"seed": seed, "log_path": os.path.join(root, "vllm.log")})  # fmt: skip
+    backend = LocalBackend(
+        path=os.path.join(root, "art"),
+        cache_dir=os.path.join(root, "cache"),
+        server_config={"seed": seed, "log_path": os.path.join(root, "vllm.log")},
+    )
     model = art.TrainableModel(name=f"{task}-{seed}", project="real-model", base_model=model_dir)
     times: dict[str, float] = {}
     try:
@@ -77,13 +85,20 @@ async def one_seed(task: str, seed: int, model_dir: str, steps: int, groups: int
         curve, gather_s, train_s = [], 0.0, 0.0
         config = art.TrainConfig(learning_rate=lr, old_logprobs=old_logprobs, seed=seed)
         for step in range(steps):
-            batch = [train[i] for i in order[step * groups:(step + 1) * groups]]
+            batch = [train[i] for i in order[step * groups : (step + 1) * groups]]
             t = time.perf_counter()
             got = await art.gather_trajectory_groups(
-                (art.TrajectoryGroup(env.rollout(client, model.get_inference_name(), s, max_tokens=max_tokens,
-                                                 temperature=TEMPERATURE) for _ in range(group_size)) for s in batch),
+                (
+                    art.TrajectoryGroup(
+                        env.rollout(
+                            client, model.get_inference_name(), s, max_tokens=max_tokens, temperature=TEMPERATURE
+                        )
+                        for _ in range(group_size)
+                    )
+                    for s in batch
+                ),
                 pbar_desc=None,
-            )  # fmt: skip
+            )
             gather_s += time.perf_counter() - t
             curve.append(statistics.mean(r for g in got for r in g.rewards()))
             t = time.perf_counter()
@@ -114,28 +129,37 @@ def main() -> None:
     from art_core.base_models import smollm2
 
     model_dir = args.model_dir or str(smollm2())
-    lines = [f"== {args.task}: SmolLM2-135M-Instruct (GGUF Q4_1 dequantized, served float32), library door "
-             f"(TrainableModel + LocalBackend); {args.steps} steps x {args.groups} groups x {args.group_size}, "
-             f"lr {TASKS[args.task][0]}, temperature {TEMPERATURE}; held out: {args.eval_scenarios} val scenarios x "
-             f"{args.trials} tries; {platform.processor() or platform.machine()}, {os.cpu_count()} cores =="]
+    lines = [
+        f"== {args.task}: SmolLM2-135M-Instruct (GGUF Q4_1 dequantized, served float32), library door "
+        f"(TrainableModel + LocalBackend); {args.steps} steps x {args.groups} groups x {args.group_size}, "
+        f"lr {TASKS[args.task][0]}, temperature {TEMPERATURE}; held out: {args.eval_scenarios} val scenarios x "
+        f"{args.trials} tries; {platform.processor() or platform.machine()}, {os.cpu_count()} cores =="
+    ]
     results = []
     for seed in args.seeds:
-        r = asyncio.run(one_seed(args.task, seed, model_dir, args.steps, args.groups, args.group_size,
-                                 args.eval_scenarios, args.trials))  # fmt: skip
+        r = asyncio.run(
+            one_seed(
+                args.task, seed, model_dir, args.steps, args.groups, args.group_size, args.eval_scenarios, args.trials
+            )
+        )
         results.append(r)
         b, f = r["base"], r["final"]
         ks = sorted(b["pass"])
-        lines.append(f"seed {seed}: base reward {b['reward']:.3f} pass^k {[round(b['pass'][k], 3) for k in ks]} -> "
-                     f"trained reward {f['reward']:.3f} pass^k {[round(f['pass'][k], 3) for k in ks]} "
-                     f"(gain {f['reward'] - b['reward']:+.3f}); train curve {[round(c, 2) for c in r['curve']]}")  # fmt: skip
+        lines.append(
+            f"seed {seed}: base reward {b['reward']:.3f} pass^k {[round(b['pass'][k], 3) for k in ks]} -> "
+            f"trained reward {f['reward']:.3f} pass^k {[round(f['pass'][k], 3) for k in ks]} "
+            f"(gain {f['reward'] - b['reward']:+.3f}); train curve {[round(c, 2) for c in r['curve']]}"
+        )
         lines.append("        seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in r["times"].items()))
         print(lines[-2], lines[-1], sep="\n", flush=True)
     if len(results) > 1:
         gains = [r["final"]["reward"] - r["base"]["reward"] for r in results]
         finals = [r["final"]["reward"] for r in results]
         bases = [r["base"]["reward"] for r in results]
-        lines.append(f"mean gain {statistics.mean(gains):+.3f} (min {min(gains):+.3f}); spread between seeds: "
-                     f"base {max(bases) - min(bases):.3f}, trained {max(finals) - min(finals):.3f}")  # fmt: skip
+        lines.append(
+            f"mean gain {statistics.mean(gains):+.3f} (min {min(gains):+.3f}); spread between seeds: "
+            f"base {max(bases) - min(bases):.3f}, trained {max(finals) - min(finals):.3f}"
+        )
     print("\n".join(lines))
     if not args.no_write:
         out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real-model-cpu.txt")

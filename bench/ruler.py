@@ -62,13 +62,18 @@ class Rollout:
     def __init__(self, env: Any, task: Task, member: int) -> None:
         self.env, self.db, self.member, self.calls = env, copy.deepcopy(env.db), member, 0
         self.traj = Trajectory(
-            messages_and_choices=[{"role": "system", "content": env.domain.policy}, {"role": "user", "content": task.request}],
+            messages_and_choices=[
+                {"role": "system", "content": env.domain.policy},
+                {"role": "user", "content": task.request},
+            ],
             tools=env.tools(),
         )
 
     def say(self, text: str) -> None:
         self.traj.messages_and_choices.append(
-            Choice.model_validate({"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
+            Choice.model_validate(
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+            )
         )
 
     def user(self, text: str) -> None:
@@ -82,8 +87,17 @@ class Rollout:
                 {
                     "index": 0,
                     "finish_reason": "tool_calls",
-                    "message": {"role": "assistant", "content": None, "tool_calls": [
-                        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(kwargs)}}]},
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": json.dumps(kwargs)},
+                            }
+                        ],
+                    },
                 }
             )
         )
@@ -110,7 +124,9 @@ def build_trajectory(env: Any, task: Task, member: int, ending: str, diverge_ear
         first, last = info["name"].split(" ", 1)
         user_id = r.call("find_user_id_by_name_zip", first_name=first, last_name=last, zip=info["zip"])
     r.call("get_user_details", user_id=user_id)
-    order_id = info.get("order_id") or next((a.kwargs["order_id"] for a in task.actions if "order_id" in a.kwargs), None)
+    order_id = info.get("order_id") or next(
+        (a.kwargs["order_id"] for a in task.actions if "order_id" in a.kwargs), None
+    )
     if order_id:
         r.call("get_order_details", order_id=order_id)
     outputs = ", ".join(task.outputs)
@@ -133,7 +149,12 @@ def build_trajectory(env: Any, task: Task, member: int, ending: str, diverge_ear
     elif ending == "wrong_argument":
         if task.actions:
             a = task.actions[0]
-            r.call(a.name, **{**a.kwargs, "order_id": "#W0000000"} if "order_id" in a.kwargs else {**a.kwargs, "user_id": "nobody"})
+            r.call(
+                a.name,
+                **{**a.kwargs, "order_id": "#W0000000"}
+                if "order_id" in a.kwargs
+                else {**a.kwargs, "user_id": "nobody"},
+            )
         r.say("Something went wrong on my side, sorry about that.")
     elif ending == "gives_up":
         r.say("I'm sorry, I can't help with this request.")

@@ -27,8 +27,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for _k, _v in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "offline",
-               "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}.items():  # fmt: skip
+for _k, _v in {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+    "WANDB_MODE": "offline",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}.items():
     os.environ.setdefault(_k, _v)
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "scale-cpu.txt")
 
@@ -40,10 +45,20 @@ def run(name: str, model_dir: str, root: str, args: argparse.Namespace, **fields
     from flows.config import RunConfig
     from flows.train import train
 
-    cfg = RunConfig(project="bench", model=name, base_model=model_dir, storage_url=os.path.join(root, name),
-                    environment={"name": "bench.scale_env"}, steps=args.steps, groups_per_step=args.groups,
-                    group_size=args.group_size, sampling={"max_tokens": args.max_tokens}, train={"learning_rate": 1e-3},
-                    report_to_wandb=False, **fields)  # fmt: skip
+    cfg = RunConfig(
+        project="bench",
+        model=name,
+        base_model=model_dir,
+        storage_url=os.path.join(root, name),
+        environment={"name": "bench.scale_env"},
+        steps=args.steps,
+        groups_per_step=args.groups,
+        group_size=args.group_size,
+        sampling={"max_tokens": args.max_tokens},
+        train={"learning_rate": 1e-3},
+        report_to_wandb=False,
+        **fields,
+    )
     t0 = time.perf_counter()
     try:
         summary = train(cfg)
@@ -55,10 +70,11 @@ def run(name: str, model_dir: str, root: str, args: argparse.Namespace, **fields
     done = summary.step_done_at  # the first step pays server start-up; from its end to the last step's
     steady = (done[args.steps] - done[1]) / (args.steps - 1)
     staleness = sum(summary.staleness.values()) / max(1, len(summary.staleness))
-    print(f"{name:28s} {steady:6.2f} s/step  (run {total:.1f} s, first step {first:.1f} s, staleness {staleness:.2f})",
-          flush=True)  # fmt: skip
-    return {"steady": steady, "total": total, "first": first, "staleness": staleness,
-            "phases": summary.phase_seconds}  # fmt: skip
+    print(
+        f"{name:28s} {steady:6.2f} s/step  (run {total:.1f} s, first step {first:.1f} s, staleness {staleness:.2f})",
+        flush=True,
+    )
+    return {"steady": steady, "total": total, "first": first, "staleness": staleness, "phases": summary.phase_seconds}
 
 
 def main() -> None:
@@ -67,8 +83,11 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--configs", default="async,two,two-async",
-                   help="which to measure besides the baseline: async (k=1), two (2 replicas), two-async")  # fmt: skip
+    p.add_argument(
+        "--configs",
+        default="async,two,two-async",
+        help="which to measure besides the baseline: async (k=1), two (2 replicas), two-async",
+    )
     args = p.parse_args()
     from art_core.testing.tiny_model import build_tiny_model
 
@@ -84,8 +103,11 @@ def main() -> None:
             "2 replicas, k=1": ("two-async", {"max_steps_off_policy": 1, "scale": {"replicas": 2}}),
         }
         wanted = ["base", *args.configs.split(",")]
-        results = {label: run(name, model_dir, root, args, **fields)
-                   for label, (name, fields) in configs.items() if name in wanted}  # fmt: skip
+        results = {
+            label: run(name, model_dir, root, args, **fields)
+            for label, (name, fields) in configs.items()
+            if name in wanted
+        }
     base = results["1 replica, k=0 (baseline)"]["steady"]
     lines = [
         f"bench/scale.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.machine()}, "
@@ -93,12 +115,14 @@ def main() -> None:
         f"tiny model on bench/scale_env.py, vLLM CPU servers started by each run, local storage; {args.steps} steps of "
         f"{args.groups} groups x {args.group_size} rollouts, max_tokens {args.max_tokens}; steady state = (end of last step - end of first step) / (steps - 1)",
         "",
-    ]  # fmt: skip
+    ]
     for name, r in results.items():
         gather = sum(ph["gather"] for ph in r["phases"].values()) / len(r["phases"])
         train_s = sum(ph["train"] for ph in r["phases"].values()) / len(r["phases"])
-        lines.append(f"{name:28s} {r['steady']:6.2f} s/step   ratio vs baseline {r['steady'] / base:5.2f}   "
-                     f"(gather {gather:.1f} s, train {train_s:.1f} s per step; mean staleness {r['staleness']:.2f})")  # fmt: skip
+        lines.append(
+            f"{name:28s} {r['steady']:6.2f} s/step   ratio vs baseline {r['steady'] / base:5.2f}   "
+            f"(gather {gather:.1f} s, train {train_s:.1f} s per step; mean staleness {r['staleness']:.2f})"
+        )
     lines += [
         "",
         "Reading it: on this machine two replicas share the same 2 cores, so they measure contention, not",

@@ -23,9 +23,12 @@ class FirstHalfLetters(Environment):
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         sampling, extra_body = turn_sampling(sampling)
-        traj = Trajectory(messages_and_choices=[{"role": "user", "content": f"Write a line about the number {scenario.data['n']}."}])
-        response = await client.chat.completions.create(model=model, messages=traj.messages(), logprobs=True,
-                                                        extra_body=extra_body, **sampling)  # fmt: skip
+        traj = Trajectory(
+            messages_and_choices=[{"role": "user", "content": f"Write a line about the number {scenario.data['n']}."}]
+        )
+        response = await client.chat.completions.create(
+            model=model, messages=traj.messages(), logprobs=True, extra_body=extra_body, **sampling
+        )
         choice = response.choices[0]
         traj.messages_and_choices.append(choice)
         letters = [c for c in (choice.message.content or "").lower() if c.isalpha()]

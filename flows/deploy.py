@@ -48,9 +48,17 @@ def deploy_to_target(ref: ModelRef, step: int, target: DeployTarget, serve_minut
     """Deploy `step` to `target.deploy_to` (the deploy flow and the retrain flow's promotion both call this);
     a vLLM endpoint is checked to answer, kept up `serve_minutes`, then stopped. Returns the Deployment."""
     key = get_settings().inference_api_key if target.deploy_to == "vllm" else None
-    deployment = deploy_step(ref, step, target.deploy_to, target.served_base_model, target.upload_to,
-                             target.api_key_block, target.wait_for_completion, port,
-                             key.get_secret_value() if key else None)
+    deployment = deploy_step(
+        ref,
+        step,
+        target.deploy_to,
+        target.served_base_model,
+        target.upload_to,
+        target.api_key_block,
+        target.wait_for_completion,
+        port,
+        key.get_secret_value() if key else None,
+    )
     if target.deploy_to == "vllm":
         try:
             server = deployment._server
@@ -59,7 +67,9 @@ def deploy_to_target(ref: ModelRef, step: int, target: DeployTarget, serve_minut
             time.sleep(serve_minutes * 60)
         finally:
             deployment.stop()
-        deployment.message = f"served {deployment.model_name} at {deployment.endpoint} for {serve_minutes:g} min, then stopped"
+        deployment.message = (
+            f"served {deployment.model_name} at {deployment.endpoint} for {serve_minutes:g} min, then stopped"
+        )
     return deployment
 
 
@@ -74,16 +84,28 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
     promoted = read_promoted(storage, run.project, run.model)
     step = config.step or (promoted or {}).get("step") or storage.latest_checkpoint_step(run.project, run.model)
     if not step:
-        raise ValueError(f"{run.project}/{run.model} has no trained step under {storage.root}: run the train flow first")
-    command = (f"python -m art_core.deploy.serve --storage {run.storage_url} --project {run.project} "
-               f"--model {run.model} --step {step}")
+        raise ValueError(
+            f"{run.project}/{run.model} has no trained step under {storage.root}: run the train flow first"
+        )
+    command = (
+        f"python -m art_core.deploy.serve --storage {run.storage_url} --project {run.project} "
+        f"--model {run.model} --step {step}"
+    )
     summary = DeploySummary(step=step, serve_command=command)
     target = config.model_copy(update={"deploy_to": config.deploy_to or ("vllm" if config.serve else None)})
     if target.deploy_to:
         d = deploy_to_target(ref, step, target, config.serve_minutes, config.port)
-        summary = summary.model_copy(update=dict(export_uri=d.export_uri, endpoint=d.endpoint, target=d.target,
-                                                 model_name=d.model_name, status=d.status, location=d.uri,
-                                                 message=d.message))
+        summary = summary.model_copy(
+            update=dict(
+                export_uri=d.export_uri,
+                endpoint=d.endpoint,
+                target=d.target,
+                model_name=d.model_name,
+                status=d.status,
+                location=d.uri,
+                message=d.message,
+            )
+        )
         print(f"deployed step {step} to {d.target}: {d.message}")
     elif config.export:
         summary.export_uri = export_adapter(ref, step)
@@ -92,15 +114,24 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
     # Where it went, in the UI next to the run (not only in its logs): target, step, endpoint, model name.
     lines = [f"# Deployed {run.model} step {step}" + (f" to {summary.target}" if summary.target else ""), ""]
     if summary.target:
-        lines += ["| target | step | endpoint | model name | status | location |", "|---|---|---|---|---|---|",
-                  f"| {summary.target} | {step} | {summary.endpoint or '-'} | `{summary.model_name}` | {summary.status} "
-                  f"| `{summary.location or summary.export_uri}` |", "", summary.message, ""]
+        lines += [
+            "| target | step | endpoint | model name | status | location |",
+            "|---|---|---|---|---|---|",
+            f"| {summary.target} | {step} | {summary.endpoint or '-'} | `{summary.model_name}` | {summary.status} "
+            f"| `{summary.location or summary.export_uri}` |",
+            "",
+            summary.message,
+            "",
+        ]
     if summary.export_uri:
         lines.append(f"- exported with its model card to `{summary.export_uri}`")
     lines.append(f"- serve it for good: `{command}`")
-    create_markdown_artifact(key=artifact_key(run.project, run.model, "deploy"), markdown="\n".join(lines) + "\n",
-                             description=f"{run.model} step {step}: {summary.target or 'export'} "
-                                         f"{summary.endpoint or summary.location or summary.export_uri or ''}")
+    create_markdown_artifact(
+        key=artifact_key(run.project, run.model, "deploy"),
+        markdown="\n".join(lines) + "\n",
+        description=f"{run.model} step {step}: {summary.target or 'export'} "
+        f"{summary.endpoint or summary.location or summary.export_uri or ''}",
+    )
     return summary
 
 
@@ -109,5 +140,7 @@ async def _ask(base_url: str, api_key: str | None, model: str) -> str:
     from art_core.inference.server import openai_client
 
     async with openai_client(base_url, api_key) as client:
-        r = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+        r = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+        )
     return r.choices[0].message.content or ""

@@ -33,37 +33,78 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     run = config.run
     ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     storage = ref.storage()
-    steps = [] if config.prompted_only else list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
-    missing = [s for s in steps if s > 0 and not storage.is_complete(storage.checkpoint_path(run.project, run.model, s))]
+    steps = (
+        []
+        if config.prompted_only
+        else list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
+    )
+    missing = [
+        s for s in steps if s > 0 and not storage.is_complete(storage.checkpoint_path(run.project, run.model, s))
+    ]
     if missing:
-        raise ValueError(f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
-                         f"complete steps: {storage.checkpoint_steps(run.project, run.model) or 'none'}")  # fmt: skip
+        raise ValueError(
+            f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
+            f"complete steps: {storage.checkpoint_steps(run.project, run.model) or 'none'}"
+        )
     results = result_storage_for(run.storage_url)
     task = evaluate.with_options(result_storage=results)
     e = run.eval
 
     def one(step: int) -> EvalReport:
         policy = policy_of(ref, step)
-        return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url,
-                    server=run.server.model_dump(exclude_unset=True) or None)  # fmt: skip
+        return task(
+            ref,
+            rollout,
+            step,
+            policy,
+            e.split,
+            e.scenarios,
+            e.trials,
+            e.success_threshold,
+            run.inference_url,
+            server=run.server.model_dump(exclude_unset=True) or None,
+        )
 
     if config.baseline_model:  # a prompted model: same scenarios, same sampling, its own endpoint
         baseline = evaluate_prompted.with_options(result_storage=results)(
-            run.storage_url, run.project, config.baseline_url or run.inference_url, config.baseline_model, rollout,
-            e.split, e.scenarios, e.trials, e.success_threshold)  # fmt: skip
+            run.storage_url,
+            run.project,
+            config.baseline_url or run.inference_url,
+            config.baseline_model,
+            rollout,
+            e.split,
+            e.scenarios,
+            e.trials,
+            e.success_threshold,
+        )
     else:
         baseline = one(config.baseline_step) if config.baseline_step is not None else None
     reports = [one(s) for s in steps if config.baseline_model or s != config.baseline_step]
-    rows, shown_baseline = (reports, baseline) if reports else ([baseline] if baseline else [], None)  # prompted_only: one row
+    rows, shown_baseline = (
+        (reports, baseline) if reports else ([baseline] if baseline else [], None)
+    )  # prompted_only: one row
     md = eval_markdown(rows, title=f"{run.model} on {e.split}", baseline=shown_baseline)
     # tau2-bench environments: the leaderboard's figures, and where this run departs from tau2's protocol
-    reference = reference_markdown(run.environment.name, run.environment.options, run.sampling.model_dump(),
-                                   split=e.split, scenarios=e.scenarios, trials=e.trials)  # fmt: skip
+    reference = reference_markdown(
+        run.environment.name,
+        run.environment.options,
+        run.sampling.model_dump(),
+        split=e.split,
+        scenarios=e.scenarios,
+        trials=e.trials,
+    )
     if reference:
-        md = md.replace(f"# {run.model} on {e.split}", f"# {run.model} on {run.environment.name} {e.split}", 1) + "\n" + reference
+        md = (
+            md.replace(f"# {run.model} on {e.split}", f"# {run.model} on {run.environment.name} {e.split}", 1)
+            + "\n"
+            + reference
+        )
         storage.write_text(ref.path("reports", f"eval-{run.environment.name}-{e.split}.md"), md)  # one per domain
     storage.write_text(ref.path("reports", "eval-compare.md"), md)
-    create_markdown_artifact(key=artifact_key(run.project, run.model, "eval-compare"), markdown=md,
-                             description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}")  # fmt: skip
+    create_markdown_artifact(
+        key=artifact_key(run.project, run.model, "eval-compare"),
+        markdown=md,
+        description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}",
+    )
     print(md)
     return ([baseline] if baseline else []) + reports

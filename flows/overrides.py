@@ -113,8 +113,9 @@ def warn_if_config_replaced(parameter: str = "config") -> list[str]:
     return missing
 
 
-def run_with_overrides(deployment: str, overrides: dict[str, Any], parameter: str = "config",
-                       timeout: float | None = 0, **kwargs: Any):  # fmt: skip
+def run_with_overrides(
+    deployment: str, overrides: dict[str, Any], parameter: str = "config", timeout: float | None = 0, **kwargs: Any
+):
     """Start `deployment` ("flow/deployment") with its own `parameter` merged with `overrides`; returns the FlowRun.
 
     `timeout=0` returns as soon as the run is scheduled; None waits for it to finish. Other keyword
@@ -150,9 +151,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--watch", action="store_true", help="wait for the run to finish")
     args = p.parse_args(argv)
     overrides = parse_assignments(args.assignments)
-    run = run_with_overrides(args.deployment, overrides, parameter=args.parameter,
-                             timeout=None if args.watch else 0, flow_run_name=args.name)  # fmt: skip
-    print(f"flow run {run.name} ({run.id}): {run.state.name if run.state else 'scheduled'}; changed {json.dumps(overrides)}")
+    run = run_with_overrides(
+        args.deployment, overrides, parameter=args.parameter, timeout=None if args.watch else 0, flow_run_name=args.name
+    )
+    print(
+        f"flow run {run.name} ({run.id}): {run.state.name if run.state else 'scheduled'}; changed {json.dumps(overrides)}"
+    )
 
 
 if __name__ == "__main__":

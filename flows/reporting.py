@@ -37,8 +37,11 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
     storage = ref.storage()
     rows = metrics_table(read_history(storage, ref.project, ref.model))
     png = reward_curve_png(rows, title=f"{ref.project}/{ref.model}: reward per step")
-    paths = {"reward_curve": ref.path("reports", "reward_curve.png"), "eval_report": ref.path("reports", "eval.md"),
-             "history": ref.path("history.jsonl")}  # fmt: skip
+    paths = {
+        "reward_curve": ref.path("reports", "reward_curve.png"),
+        "eval_report": ref.path("reports", "eval.md"),
+        "history": ref.path("history.jsonl"),
+    }
     _write_bytes(storage, paths["reward_curve"], png)
     evals = eval_reports(ref)
     report = eval_markdown(evals, title=f"{ref.model}: evaluation")
@@ -46,12 +49,19 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
 
     key = artifact_key(ref.project, ref.model)
     # Reward first and 3 decimals: the UI shows columns in this order, and the reward is what users look for.
-    create_table_artifact(key=f"{key}-metrics", table=display_table(rows),
-                          description=f"Metrics per step of {ref.model} (history.jsonl at {paths['history']})")  # fmt: skip
+    create_table_artifact(
+        key=f"{key}-metrics",
+        table=display_table(rows),
+        description=f"Metrics per step of {ref.model} (history.jsonl at {paths['history']})",
+    )
     image = base64.b64encode(png).decode()
-    create_markdown_artifact(key=f"{key}-reward-curve", markdown=(
-        f"# Reward per step\n\n![reward curve](data:image/png;base64,{image})\n\nPNG: `{paths['reward_curve']}`\n"),
-        description=f"Reward curve of {ref.model}")  # fmt: skip
+    create_markdown_artifact(
+        key=f"{key}-reward-curve",
+        markdown=(
+            f"# Reward per step\n\n![reward curve](data:image/png;base64,{image})\n\nPNG: `{paths['reward_curve']}`\n"
+        ),
+        description=f"Reward curve of {ref.model}",
+    )
     create_markdown_artifact(key=f"{key}-eval", markdown=report, description=f"Evaluation report of {ref.model}")
     if wandb:
         paths["wandb"] = log_wandb(ref.project, ref.model, rows, sample_groups=_samples(ref, rows))

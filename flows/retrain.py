@@ -53,7 +53,9 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
 
     def reward_of(step: int) -> float:
         policy = policy_of(ref, step)
-        return task(ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url).reward
+        return task(
+            ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url
+        ).reward
 
     old = read_promoted(storage, run.project, run.model)
     deployment, deploy_error = None, None
@@ -78,22 +80,38 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     else:
         if old is None and old_step > 0:
             promote(storage, run.project, run.model, old_step, old_reward, e.split)
-        message = (f"kept step {old_step} (reward {old_reward:.3f}): new step {new_step} scored {new_reward:.3f}, "
-                   f"not better by more than {config.min_improvement}")  # fmt: skip
+        message = (
+            f"kept step {old_step} (reward {old_reward:.3f}): new step {new_step} scored {new_reward:.3f}, "
+            f"not better by more than {config.min_improvement}"
+        )
     print(message)
     promoted_now = read_promoted(storage, run.project, run.model)
     decision = "promoted" if promoted_now is not None and promoted_now["step"] == new_step else "kept"
     # The decision is what a scheduled run is for: an artifact shows it in the UI without opening the logs.
-    create_markdown_artifact(key=artifact_key(run.project, run.model, "retrain"), markdown=(
-        f"# Retrain of {run.model}: {decision} step {new_step if decision == 'promoted' else old_step}\n\n{message}.\n\n"
-        f"| step | role | {e.split} reward |\n|---|---|---|\n| {old_step} | promoted before | {old_reward:.3f} |\n"
-        f"| {new_step} | new | {new_reward:.3f} |\n\nminimum improvement: {config.min_improvement}\n"
-        + (f"\ndeployed: target {deployment['target']}, step {deployment['step']}, endpoint "
-           f"{deployment['endpoint'] or deployment['uri']}, model `{deployment['model_name']}`\n" if deployment else "")),
-        description=f"{run.model}: {decision}")  # fmt: skip
+    create_markdown_artifact(
+        key=artifact_key(run.project, run.model, "retrain"),
+        markdown=(
+            f"# Retrain of {run.model}: {decision} step {new_step if decision == 'promoted' else old_step}\n\n{message}.\n\n"
+            f"| step | role | {e.split} reward |\n|---|---|---|\n| {old_step} | promoted before | {old_reward:.3f} |\n"
+            f"| {new_step} | new | {new_reward:.3f} |\n\nminimum improvement: {config.min_improvement}\n"
+            + (
+                f"\ndeployed: target {deployment['target']}, step {deployment['step']}, endpoint "
+                f"{deployment['endpoint'] or deployment['uri']}, model `{deployment['model_name']}`\n"
+                if deployment
+                else ""
+            )
+        ),
+        description=f"{run.model}: {decision}",
+    )
     if deploy_error is not None:
         raise deploy_error
-    return RetrainSummary(promoted_step=promoted_now["step"] if promoted_now else old_step, previous_step=old_step,
-                          new_step=new_step, new_reward=new_reward, promoted_reward=old_reward,
-                          promoted=promoted_now is not None and promoted_now["step"] == new_step, message=message,
-                          deployment=deployment)  # fmt: skip
+    return RetrainSummary(
+        promoted_step=promoted_now["step"] if promoted_now else old_step,
+        previous_step=old_step,
+        new_step=new_step,
+        new_reward=new_reward,
+        promoted_reward=old_reward,
+        promoted=promoted_now is not None and promoted_now["step"] == new_step,
+        message=message,
+        deployment=deployment,
+    )

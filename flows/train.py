@@ -52,7 +52,9 @@ def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSp
     """The task-level references a run config stands for (only what changes a task's result).
 
     `for_eval`: the rollout spec of evaluations (their temperature, see RunConfig.eval_sampling)."""
-    ref = ModelRef(storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model)
+    ref = ModelRef(
+        storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model
+    )
     rollout = RolloutSpec(
         environment=config.environment.name,
         env_options=config.environment.options,
@@ -118,8 +120,15 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
     server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts
     replicas, k = replicas_of(config), config.max_steps_off_policy
     n = config.steps
-    summary = TrainSummary(storage_url=config.storage_url, model_path=store.root, rewards={}, checkpoints={},
-                           trained_steps=[], evaluations={}, report_paths={})  # fmt: skip
+    summary = TrainSummary(
+        storage_url=config.storage_url,
+        model_path=store.root,
+        rewards={},
+        checkpoints={},
+        trained_steps=[],
+        evaluations={},
+        report_paths={},
+    )
 
     def start_gather(step: int):
         """Submit step `step`'s rollouts: from checkpoint `step` (k = 0), else the newest complete one."""
@@ -188,8 +197,22 @@ class _Done:
         return self.value
 
 
-def _finish(config: RunConfig, ref: ModelRef, summary: TrainSummary, step: int, t0: float, gather_s: float,
-            score_s: float, gathered, scored, future, eval_rollout, evaluate_step, url, rank) -> None:  # fmt: skip
+def _finish(
+    config: RunConfig,
+    ref: ModelRef,
+    summary: TrainSummary,
+    step: int,
+    t0: float,
+    gather_s: float,
+    score_s: float,
+    gathered,
+    scored,
+    future,
+    eval_rollout,
+    evaluate_step,
+    url,
+    rank,
+) -> None:
     """Wait for step `step`'s training, record it in the summary, print its line, evaluate when due."""
     n, per_step = config.steps, config.groups_per_step * config.group_size
     trained = future.result()
@@ -212,9 +235,19 @@ def _finish(config: RunConfig, ref: ModelRef, summary: TrainSummary, step: int, 
     )
     if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
         e, store = config.eval, ref.store()
-        report = evaluate_step(ref, eval_rollout, trained.step, policy_of(ref, trained.step), e.split, e.scenarios,
-                               e.trials, e.success_threshold, url, rank,
-                               config.server.model_dump(exclude_unset=True) or None)  # fmt: skip
+        report = evaluate_step(
+            ref,
+            eval_rollout,
+            trained.step,
+            policy_of(ref, trained.step),
+            e.split,
+            e.scenarios,
+            e.trials,
+            e.success_threshold,
+            url,
+            rank,
+            config.server.model_dump(exclude_unset=True) or None,
+        )
         if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
             store.write_eval(trained.step, report.model_dump(mode="json"))
         summary.evaluations[trained.step] = report.reward

@@ -41,18 +41,40 @@ def secret_value(block: str | None) -> str | None:
     try:
         return Secret.load(block).get()
     except ValueError as e:  # Prefect's "Unable to find block document named ..."
-        raise ValueError(f"no Prefect Secret block named {block!r}: create it in the UI (Blocks > Secret) or with "
-                         f"`Secret(value=...).save({block!r})`, or leave api_key_block empty to use the environment") from e
+        raise ValueError(
+            f"no Prefect Secret block named {block!r}: create it in the UI (Blocks > Secret) or with "
+            f"`Secret(value=...).save({block!r})`, or leave api_key_block empty to use the environment"
+        ) from e
 
 
-@task(name="deploy_step", task_run_name="deploy step {step} to {deploy_to}", cache_policy=NO_CACHE, persist_result=False)
-def deploy_step(ref: ModelRef, step: int, deploy_to: str, served_base_model: str | None = None,
-                upload_to: str | None = None, api_key_block: str | None = None, wait_for_completion: bool = True,
-                port: int = 0, api_key: str | None = None) -> Deployment:
+@task(
+    name="deploy_step", task_run_name="deploy step {step} to {deploy_to}", cache_policy=NO_CACHE, persist_result=False
+)
+def deploy_step(
+    ref: ModelRef,
+    step: int,
+    deploy_to: str,
+    served_base_model: str | None = None,
+    upload_to: str | None = None,
+    api_key_block: str | None = None,
+    wait_for_completion: bool = True,
+    port: int = 0,
+    api_key: str | None = None,
+) -> Deployment:
     """art_core.deploy.deploy_model for one stored step; the key comes from `api_key_block` or the environment
     (`api_key` is for our own vLLM server's key, read by the flow from its settings)."""
     key = secret_value(api_key_block) or api_key
-    deployment = run_sync(deploy_model(deploy_to, ref, step, wait_for_completion=wait_for_completion,
-                                       base_model=served_base_model, api_key=key, upload_to=upload_to, port=port))
+    deployment = run_sync(
+        deploy_model(
+            deploy_to,
+            ref,
+            step,
+            wait_for_completion=wait_for_completion,
+            base_model=served_base_model,
+            api_key=key,
+            upload_to=upload_to,
+            port=port,
+        )
+    )
     get_run_logger().info("deployed %s step %d to %s: %s", ref.model, step, deploy_to, deployment.message)
     return deployment

@@ -20,32 +20,74 @@ from tasks._async import run_sync
 from tasks.results import cached_on
 
 
-@task(name="evaluate", task_run_name="evaluate step {step} on {split}",
-      cache_policy=cached_on("inference_url", "max_lora_rank", "server"), persist_result=True)  # fmt: skip
-def evaluate(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, split: str = "val", scenarios: int = 8,
-             trials: int = 1, success_threshold: float = 1.0, inference_url: str | None = None,
-             max_lora_rank: int = 8, server: dict | None = None) -> EvalReport:  # fmt: skip
+@task(
+    name="evaluate",
+    task_run_name="evaluate step {step} on {split}",
+    cache_policy=cached_on("inference_url", "max_lora_rank", "server"),
+    persist_result=True,
+)
+def evaluate(
+    ref: ModelRef,
+    rollout: RolloutSpec,
+    step: int,
+    policy: str,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+    inference_url: str | None = None,
+    max_lora_rank: int = 8,
+    server: dict | None = None,
+) -> EvalReport:
     """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`.
 
     `policy` (the checkpoint's fingerprint) keys the cache on the weights, as in gather_trajectories.
     """
-    report = evaluate_step(ref, rollout, step, run=run_sync, split=split, scenarios=scenarios, trials=trials,
-                           success_threshold=success_threshold,
-                           endpoint=lambda rank: endpoint_for(ref.base_model, inference_url, max_lora_rank=max(rank, max_lora_rank),
-                                                                 options=server))  # fmt: skip
+    report = evaluate_step(
+        ref,
+        rollout,
+        step,
+        run=run_sync,
+        split=split,
+        scenarios=scenarios,
+        trials=trials,
+        success_threshold=success_threshold,
+        endpoint=lambda rank: endpoint_for(
+            ref.base_model, inference_url, max_lora_rank=max(rank, max_lora_rank), options=server
+        ),
+    )
     get_run_logger().info("step %d on %s: reward %.3f, pass^k %s", step, split, report.reward, report.pass_k)
     return report
 
 
-@task(name="evaluate_prompted", task_run_name="evaluate {model} on {split}", cache_policy=cached_on(),
-      persist_result=True)  # fmt: skip
-def evaluate_prompted(storage_url: str, project: str, base_url: str, model: str, rollout: RolloutSpec,
-                      split: str = "val", scenarios: int = 8, trials: int = 1,
-                      success_threshold: float = 1.0) -> EvalReport:  # fmt: skip
+@task(
+    name="evaluate_prompted", task_run_name="evaluate {model} on {split}", cache_policy=cached_on(), persist_result=True
+)
+def evaluate_prompted(
+    storage_url: str,
+    project: str,
+    base_url: str,
+    model: str,
+    rollout: RolloutSpec,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+) -> EvalReport:
     """The same evaluation for a prompted model (a hosted one, or a base model on our server) as a baseline."""
     key = os.environ.get("ART_BASELINE_API_KEY") or os.environ.get("ART_INFERENCE_API_KEY")
     endpoint = Endpoint(base_url=base_url.rstrip("/"), api_key=key, base_name=model)
-    report = evaluate_baseline(storage_url, project, endpoint, model, rollout, split=split, scenarios=scenarios,
-                               trials=trials, success_threshold=success_threshold, run=run_sync)  # fmt: skip
+    report = evaluate_baseline(
+        storage_url,
+        project,
+        endpoint,
+        model,
+        rollout,
+        split=split,
+        scenarios=scenarios,
+        trials=trials,
+        success_threshold=success_threshold,
+        run=run_sync,
+    )
     get_run_logger().info("prompted %s on %s: reward %.3f, pass^k %s", model, split, report.reward, report.pass_k)
     return report

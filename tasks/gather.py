@@ -23,12 +23,24 @@ from tasks._async import run_sync
 from tasks.results import cached_on, step_run_name
 
 
-@task(name="gather_trajectories", task_run_name=step_run_name("gather"),
-      cache_policy=cached_on("inference_url", "max_lora_rank", "replicas", "oldest_reusable", "server"),
-      persist_result=True)  # fmt: skip
-def gather_trajectories(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str, inference_url: str | None = None,
-                        max_lora_rank: int = 8, replicas: Replicas | None = None, sample_step: int | None = None,
-                        oldest_reusable: int | None = None, server: dict | None = None) -> GatherOutcome:  # fmt: skip
+@task(
+    name="gather_trajectories",
+    task_run_name=step_run_name("gather"),
+    cache_policy=cached_on("inference_url", "max_lora_rank", "replicas", "oldest_reusable", "server"),
+    persist_result=True,
+)
+def gather_trajectories(
+    ref: ModelRef,
+    rollout: RolloutSpec,
+    step: int,
+    policy: str,
+    inference_url: str | None = None,
+    max_lora_rank: int = 8,
+    replicas: Replicas | None = None,
+    sample_step: int | None = None,
+    oldest_reusable: int | None = None,
+    server: dict | None = None,
+) -> GatherOutcome:
     """Roll out `groups_per_step` scenarios `group_size` times each with the model at checkpoint `step`
     (or `sample_step`, for asynchronous steps), over every replica of `replicas` when given.
 
@@ -43,9 +55,23 @@ def gather_trajectories(ref: ModelRef, rollout: RolloutSpec, step: int, policy: 
             return replicas.endpoints(ref.base_model, max_lora_rank=rank)
         return endpoint_for(ref.base_model, inference_url, max_lora_rank=rank, options=server)
 
-    outcome = gather_step(ref, rollout, step, policy, run=run_sync, endpoint=endpoints, sample_step=sample_step,
-                          oldest_reusable=oldest_reusable, replicas=replicas)  # fmt: skip
-    get_run_logger().info("checkpoint %d: %s %d rollouts, reward %.3f -> %s", step,
-                          "reused" if outcome.reused else "rolled out", int(outcome.summary["trajectories"]),
-                          outcome.summary["reward"], outcome.uri)  # fmt: skip
+    outcome = gather_step(
+        ref,
+        rollout,
+        step,
+        policy,
+        run=run_sync,
+        endpoint=endpoints,
+        sample_step=sample_step,
+        oldest_reusable=oldest_reusable,
+        replicas=replicas,
+    )
+    get_run_logger().info(
+        "checkpoint %d: %s %d rollouts, reward %.3f -> %s",
+        step,
+        "reused" if outcome.reused else "rolled out",
+        int(outcome.summary["trajectories"]),
+        outcome.summary["reward"],
+        outcome.uri,
+    )
     return outcome

@@ -41,7 +41,9 @@ def generate_mcp_scenarios(options: dict[str, Any]) -> McpScenarios:
     o = env.options
     uri = None
     if o.generate is not None:
-        uri = mcp.scenarios_uri(o.store, mcp.scenarios_key(o.server.describe(), env.raw_tools, env.raw_resources, o.generate))
+        uri = mcp.scenarios_uri(
+            o.store, mcp.scenarios_key(o.server.describe(), env.raw_tools, env.raw_resources, o.generate)
+        )
     usage = mcp.read_collection(uri).usage if uri else mcp.JudgeUsage()
     splits = {s: len(env.scenarios(s)) for s in ("train", "val", "test")}
     rows = "\n".join(f"| {i + 1} | {s['difficulty']} | {s['task'][:200]} |" for i, s in enumerate(items))
@@ -50,6 +52,13 @@ def generate_mcp_scenarios(options: dict[str, Any]) -> McpScenarios:
         f"${usage.cost_usd:.4f} ({usage.calls} generator calls, {usage.retries} retries).\n\n| # | difficulty | task |\n|---|---|---|\n{rows}",
         description=f"Scenarios of {o.server.describe()}",
     )
-    get_run_logger().info("MCP server %s: %d tools, %d scenarios %s (generating them cost $%.4f) -> %s", env.server_name,
-                          len(env.tools()), len(items), splits, usage.cost_usd, uri or "given by hand")
+    get_run_logger().info(
+        "MCP server %s: %d tools, %d scenarios %s (generating them cost $%.4f) -> %s",
+        env.server_name,
+        len(env.tools()),
+        len(items),
+        splits,
+        usage.cost_usd,
+        uri or "given by hand",
+    )
     return McpScenarios(uri=uri, count=len(items), splits=splits, cost_usd=usage.cost_usd, generator_calls=usage.calls)

@@ -53,10 +53,12 @@ def _logger() -> logging.Logger | logging.LoggerAdapter:
 def how_to_create(deployment: str, pool: str = GPU_POOL) -> str:
     """The commands that create the train deployment and its pool, and start a worker for it."""
     name = deployment.partition("/")[2] or "gpu"
-    return (f"create it from the repository root with `prefect work-pool create {pool} --type process`, "
-            f"`prefect work-pool set-concurrency-limit {pool} 1` and `prefect --no-prompt deploy --name {name} "
-            f"--prefect-file deployments/prefect.yaml`, then start a worker where the GPU is: "
-            f"`prefect worker start --pool {pool}` (see deployments/README.md)")  # fmt: skip
+    return (
+        f"create it from the repository root with `prefect work-pool create {pool} --type process`, "
+        f"`prefect work-pool set-concurrency-limit {pool} 1` and `prefect --no-prompt deploy --name {name} "
+        f"--prefect-file deployments/prefect.yaml`, then start a worker where the GPU is: "
+        f"`prefect worker start --pool {pool}` (see deployments/README.md)"
+    )
 
 
 def check_train_deployment(name: str, storage_url: str | None = None) -> str:
@@ -76,41 +78,61 @@ def check_train_deployment(name: str, storage_url: str | None = None) -> str:
     log = _logger()
     flow_name, _, deployment_name = name.partition("/")
     if not flow_name or not deployment_name:
-        raise TrainDeploymentError(f"train deployment {name!r} is not 'flow/deployment' (e.g. "
-                                   f"'{TRAIN_STEP_FLOW}/gpu'); {how_to_create(name)}")  # fmt: skip
+        raise TrainDeploymentError(
+            f"train deployment {name!r} is not 'flow/deployment' (e.g. '{TRAIN_STEP_FLOW}/gpu'); {how_to_create(name)}"
+        )
     if storage_url is not None and storage_url.startswith("memory://"):
-        raise TrainDeploymentError(f"storage {storage_url!r} lives in this process's memory; the train step on "
-                                   f"{name!r} runs in another process and cannot see it: use s3://bucket/prefix")
+        raise TrainDeploymentError(
+            f"storage {storage_url!r} lives in this process's memory; the train step on "
+            f"{name!r} runs in another process and cannot see it: use s3://bucket/prefix"
+        )
     api = get_current_settings().api.url
     with get_client(sync_client=True) as client:
         try:
             deployment = client.read_deployment_by_name(name)
         except ObjectNotFound:
-            where = (f"the Prefect server at {api}" if api else
-                     "this process's temporary Prefect server (PREFECT_API_URL is unset; set it to the server "
-                     "your workers poll)")  # fmt: skip
-            raise TrainDeploymentError(f"train deployment {name!r} does not exist on {where}: "
-                                       f"{how_to_create(name)}") from None  # fmt: skip
+            where = (
+                f"the Prefect server at {api}"
+                if api
+                else "this process's temporary Prefect server (PREFECT_API_URL is unset; set it to the server "
+                "your workers poll)"
+            )
+            raise TrainDeploymentError(
+                f"train deployment {name!r} does not exist on {where}: {how_to_create(name)}"
+            ) from None
         flow = client.read_flow(deployment.flow_id)
         if flow.name != TRAIN_STEP_FLOW:
-            raise TrainDeploymentError(f"deployment {name!r} runs flow {flow.name!r}, not {TRAIN_STEP_FLOW!r} "
-                                       "(flows/train_step.py): name a deployment of the train step")  # fmt: skip
+            raise TrainDeploymentError(
+                f"deployment {name!r} runs flow {flow.name!r}, not {TRAIN_STEP_FLOW!r} "
+                "(flows/train_step.py): name a deployment of the train step"
+            )
         pool = deployment.work_pool_name or ""
         online = WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"]))
         workers = client.read_workers_for_work_pool(pool, worker_filter=online) if pool else []
     if not workers:
-        log.warning("no worker is polling work pool %r yet: train steps sent to %r wait (Scheduled) until one "
-                    "starts: `prefect worker start --pool %s` on the GPU machine", pool, name, pool)  # fmt: skip
+        log.warning(
+            "no worker is polling work pool %r yet: train steps sent to %r wait (Scheduled) until one "
+            "starts: `prefect worker start --pool %s` on the GPU machine",
+            pool,
+            name,
+            pool,
+        )
     if storage_url is not None and ("://" not in storage_url or storage_url.startswith("file://")):
-        log.warning("storage %s is a local folder: a worker of pool %r on another machine cannot read the rollouts "
-                    "or write the checkpoint there (unless the folder is shared at the same path); use "
-                    "s3://bucket/prefix for train steps on %r", storage_url, pool, name)  # fmt: skip
+        log.warning(
+            "storage %s is a local folder: a worker of pool %r on another machine cannot read the rollouts "
+            "or write the checkpoint there (unless the folder is shared at the same path); use "
+            "s3://bucket/prefix for train steps on %r",
+            storage_url,
+            pool,
+            name,
+        )
     return pool
 
 
 @task(name="train_step_remotely", task_run_name=step_run_name("train"), cache_policy=NO_CACHE, persist_result=False)
-def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: int, config: TrainConfig,
-                        poll_seconds: float = 2.0):  # fmt: skip
+def train_step_remotely(
+    deployment: str, ref: ModelRef, scored_uri: str, step: int, config: TrainConfig, poll_seconds: float = 2.0
+):
     """Train checkpoint `step` -> `step + 1` as a flow run of `deployment`, wait for it, and return its
     TrainStepResult read back from storage (`Cached`, trained False, when the checkpoint existed).
 
@@ -121,15 +143,27 @@ def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: i
     if store.is_complete(target):
         log.info("checkpoint %s exists: step %d is not sent to %s", store.checkpoint(target), target, deployment)
         done = already_trained(store, store.read_groups(scored_uri), target)  # writes back a lost history record
-        out = TrainStepResult(step=target, checkpoint_uri=done.checkpoint_path, metrics=done.metrics, trained=False,
-                              seconds=time.perf_counter() - t0)  # fmt: skip
+        out = TrainStepResult(
+            step=target,
+            checkpoint_uri=done.checkpoint_path,
+            metrics=done.metrics,
+            trained=False,
+            seconds=time.perf_counter() - t0,
+        )
         return Completed(name="Cached", data=out, message=f"checkpoint {target} exists: not trained again")
     if not store.storage.exists(scored_uri):  # fail here, not after queueing for the GPU
-        raise FileNotFoundError(f"the scored rollouts of step {target} at {scored_uri} are missing; run the flow "
-                                "again and they are gathered and scored again")  # fmt: skip
+        raise FileNotFoundError(
+            f"the scored rollouts of step {target} at {scored_uri} are missing; run the flow "
+            "again and they are gathered and scored again"
+        )
     child = _start(deployment, ref, scored_uri, step, config)
-    log.info("step %d: flow run %r of %s on work pool %r; waiting for it", target, child.name, deployment,
-             child.work_pool_name)  # fmt: skip
+    log.info(
+        "step %d: flow run %r of %s on work pool %r; waiting for it",
+        target,
+        child.name,
+        deployment,
+        child.work_pool_name,
+    )
     child = _wait(child, poll_seconds, log)
     state = child.state
     if not state.is_completed():
@@ -146,12 +180,23 @@ def train_step_remotely(deployment: str, ref: ModelRef, scored_uri: str, step: i
             "has no complete checkpoint: the worker wrote elsewhere (a local storage folder on its own machine?). "
             "Give the run storage that every worker reaches (s3://bucket/prefix)."
         )
-    out = TrainStepResult(step=target, checkpoint_uri=store.checkpoint(target), metrics=store.train_metrics(target),
-                          trained=state.name != "Cached", seconds=time.perf_counter() - t0)  # fmt: skip
+    out = TrainStepResult(
+        step=target,
+        checkpoint_uri=store.checkpoint(target),
+        metrics=store.train_metrics(target),
+        trained=state.name != "Cached",
+        seconds=time.perf_counter() - t0,
+    )
     ran = child.total_run_time.total_seconds()
-    log.info("step %d: %s by %r in %.1fs (%.1fs queued and starting) -> %s", target,
-             "trained" if out.trained else "found trained", child.name, ran, max(out.seconds - ran, 0.0),
-             out.checkpoint_uri)  # fmt: skip
+    log.info(
+        "step %d: %s by %r in %.1fs (%.1fs queued and starting) -> %s",
+        target,
+        "trained" if out.trained else "found trained",
+        child.name,
+        ran,
+        max(out.seconds - ran, 0.0),
+        out.checkpoint_uri,
+    )
     if not out.trained:
         return Completed(name="Cached", data=out, message=state.message)
     return Completed(data=out)
@@ -161,11 +206,21 @@ def _start(deployment: str, ref: ModelRef, scored_uri: str, step: int, config: T
     """Create the child flow run, linked under the current task run (the UI nests it there)."""
     from prefect.deployments import run_deployment
 
-    parameters = {"ref": ref.model_dump(mode="json"), "scored_uri": scored_uri, "step": step,
-                  "config": config.model_dump(mode="json")}  # fmt: skip
+    parameters = {
+        "ref": ref.model_dump(mode="json"),
+        "scored_uri": scored_uri,
+        "step": step,
+        "config": config.model_dump(mode="json"),
+    }
     # timeout=0 returns at once: _wait polls, so a run nobody picks up is reported instead of waited on silently.
-    return run_deployment(deployment, parameters=parameters, timeout=0, as_subflow=True, tags=["art", "train-step"],
-                          flow_run_name=f"{ref.project}-{ref.model}-step-{step + 1}")  # fmt: skip
+    return run_deployment(
+        deployment,
+        parameters=parameters,
+        timeout=0,
+        as_subflow=True,
+        tags=["art", "train-step"],
+        flow_run_name=f"{ref.project}-{ref.model}-step-{step + 1}",
+    )
 
 
 def _wait(child: Any, poll_seconds: float, log: Any) -> Any:
@@ -184,12 +239,20 @@ def _wait(child: Any, poll_seconds: float, log: Any) -> Any:
                 child = client.read_flow_run(child.id)
                 if child.state is not None and child.state.is_final():
                     return child
-                if child.state is not None and (child.state.is_scheduled() or child.state.is_pending()) \
-                        and time.monotonic() > next_warning:  # fmt: skip
-                    log.warning("flow run %r is still %s after %.0fs: is a worker polling work pool %r "
-                                "(`prefect worker start --pool %s`)? Steps of other runs may hold the pool's slots.",
-                                child.name, child.state.name, time.monotonic() - start, child.work_pool_name,
-                                child.work_pool_name)  # fmt: skip
+                if (
+                    child.state is not None
+                    and (child.state.is_scheduled() or child.state.is_pending())
+                    and time.monotonic() > next_warning
+                ):
+                    log.warning(
+                        "flow run %r is still %s after %.0fs: is a worker polling work pool %r "
+                        "(`prefect worker start --pool %s`)? Steps of other runs may hold the pool's slots.",
+                        child.name,
+                        child.state.name,
+                        time.monotonic() - start,
+                        child.work_pool_name,
+                        child.work_pool_name,
+                    )
                     next_warning = time.monotonic() + 300
                 time.sleep(poll_seconds)
         except BaseException:

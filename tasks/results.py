@@ -65,4 +65,3 @@ def step_run_name(phase: str):
         return f"{phase} step {int(task_run.parameters['step']) + 1}"
 
     return name
-

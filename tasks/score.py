@@ -27,18 +27,25 @@ class JudgeError(RuntimeError):
 
 
 @task(name="score_groups", task_run_name=step_run_name("score"), cache_policy=cached_on(), persist_result=True)
-def score_groups(ref: ModelRef, trajectories_uri: str, fingerprint: str, step: int,
-                 judge: JudgeConfig | None = None) -> ScoreResult:  # fmt: skip
+def score_groups(
+    ref: ModelRef, trajectories_uri: str, fingerprint: str, step: int, judge: JudgeConfig | None = None
+) -> ScoreResult:
     """Rewards for one step's groups; RULER's relative scores when a judge is configured."""
     t0 = time.perf_counter()
     store = ref.store()
     groups = store.read_groups(trajectories_uri)
     if groups is None:
-        raise FileNotFoundError(f"rollouts {trajectories_uri} are missing or unreadable: run the flow again to "
-                                "gather them again")  # fmt: skip
+        raise FileNotFoundError(
+            f"rollouts {trajectories_uri} are missing or unreadable: run the flow again to gather them again"
+        )
     if judge is None:
-        return ScoreResult(step=step, uri=trajectories_uri, summary=reward_summary(groups), judged=False,
-                           seconds=time.perf_counter() - t0)  # fmt: skip
+        return ScoreResult(
+            step=step,
+            uri=trajectories_uri,
+            summary=reward_summary(groups),
+            judged=False,
+            seconds=time.perf_counter() - t0,
+        )
     try:
         scored = run_sync(_ruler_all(groups, judge, ref.storage_url))
     except Exception as e:  # re-raised with what to fix; never scored as 0

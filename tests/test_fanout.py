@@ -30,7 +30,9 @@ class SlowEnv(Environment):
 
 
 def endpoints(*hosts: str, shares_files: bool = True) -> list[Endpoint]:
-    return [Endpoint(base_url=f"http://{h}/v1", api_key="k", base_name="tiny", shares_files=shares_files) for h in hosts]
+    return [
+        Endpoint(base_url=f"http://{h}/v1", api_key="k", base_name="tiny", shares_files=shares_files) for h in hosts
+    ]
 
 
 def test_each_rollout_takes_the_least_busy_replica_and_records_it():

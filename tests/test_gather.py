@@ -70,7 +70,9 @@ async def test_fractional_max_exceptions_counts_a_share_of_all_rollouts():
     out = await gather_trajectory_groups(groups, max_exceptions=0.1, pbar_desc=None)
     assert len(out[0]) == 9
     with pytest.raises(TooManyExceptions):
-        await gather_trajectory_groups([[rollout(0.0, fail=True)] + [rollout(1.0) for _ in range(4)]], max_exceptions=0.1, pbar_desc=None)
+        await gather_trajectory_groups(
+            [[rollout(0.0, fail=True)] + [rollout(1.0) for _ in range(4)]], max_exceptions=0.1, pbar_desc=None
+        )
 
 
 async def test_after_each_can_replace_or_drop_a_group():
@@ -97,7 +99,9 @@ async def test_after_each_may_return_a_list_of_groups_which_is_flattened():
     async def split(group):
         return [TrajectoryGroup([t]) for t in group.trajectories]
 
-    out = await gather_trajectory_groups([[rollout(1.0), rollout(2.0)], [rollout(3.0)]], after_each=split, pbar_desc=None)
+    out = await gather_trajectory_groups(
+        [[rollout(1.0), rollout(2.0)], [rollout(3.0)]], after_each=split, pbar_desc=None
+    )
     assert [g.rewards() for g in out] == [[1.0], [2.0], [3.0]]
 
 
@@ -116,7 +120,9 @@ async def test_progress_bar_ends_with_every_trajectory_and_group_counted(capsys)
 async def test_gather_trajectories_returns_tolerated_exceptions_in_place():
     from art_core import gather_trajectories
 
-    out = await gather_trajectories([rollout(1.0), rollout(0.0, fail=True), rollout(2.0)], max_exceptions=1, pbar_desc=None)
+    out = await gather_trajectories(
+        [rollout(1.0), rollout(0.0, fail=True), rollout(2.0)], max_exceptions=1, pbar_desc=None
+    )
     assert out[0].reward == 1.0 and isinstance(out[1], ValueError) and out[2].reward == 2.0
     with pytest.raises(ValueError):
         await gather_trajectories([rollout(0.0, fail=True)], pbar_desc=None)

@@ -153,5 +153,7 @@ def test_the_walk_sees_a_cycle():
     graph = {"a": {"b"}, "b": {"a", "c"}, "c": set()}
     assert _cycles(graph) == [["a", "b", "a"]]
     typed_only = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import art_core.model\n")
-    assert not [n for n in _runtime_nodes(typed_only) if isinstance(n, ast.Import) and n.names[0].name == "art_core.model"]
+    assert not [
+        n for n in _runtime_nodes(typed_only) if isinstance(n, ast.Import) and n.names[0].name == "art_core.model"
+    ]
     assert import_graph()["art_core.model"], "art_core.model's imports were not found: the walk is broken"

@@ -71,12 +71,20 @@ async def test_log_records_a_split_in_history_and_its_trajectories(tmp_path):
     await model.register(backend)
     groups = [TrajectoryGroup([Trajectory(reward=1.0, metrics={"win": 1}), Trajectory(reward=0.0, metrics={"win": 0})])]
     logged = await model.log(groups, split="train", metrics={"loss": 0.25, "train/grad_norm": 2.0}, step=4)
-    assert logged == {"train/exception_rate": 0.0, "train/reward": 0.5, "train/reward_std_dev": 0.5,
-                      "train/win": 0.5, "train/loss": 0.25, "train/grad_norm": 2.0}  # fmt: skip
+    assert logged == {
+        "train/exception_rate": 0.0,
+        "train/reward": 0.5,
+        "train/reward_std_dev": 0.5,
+        "train/win": 0.5,
+        "train/loss": 0.25,
+        "train/grad_norm": 2.0,
+    }
     await model.log([Trajectory(reward=0.75), ValueError("broke")])  # loose trajectories: one val group, step 3
     history = read_history(backend.storage, "retail", "agent-1")
     assert [(r["step"], r.get("train/reward"), r.get("val/reward"), r.get("val/exception_rate")) for r in history] == [
-        (4, 0.5, None, None), (3, None, 0.75, 0.5)]  # fmt: skip
+        (4, 0.5, None, None),
+        (3, None, 0.75, 0.5),
+    ]
     assert backend.storage.exists(backend.storage.trajectories_path("retail", "agent-1", "val", 3))
 
     gpt = Model(name="openai/gpt-4.1", project="retail")
@@ -98,8 +106,9 @@ async def test_model_train_takes_arts_keywords():
     await model.register(backend)
     from art_core import TrainConfig
 
-    result = await model.train(trajectory_groups=[], config=TrainConfig(learning_rate=1e-4), _config={"epsilon": 0.3},
-                               verbose=True)  # fmt: skip
+    result = await model.train(
+        trajectory_groups=[], config=TrainConfig(learning_rate=1e-4), _config={"epsilon": 0.3}, verbose=True
+    )
     assert result.step == 5 and model.get_inference_name() == "agent-1@5"
     assert (seen["config"].learning_rate, seen["config"].epsilon) == (1e-4, 0.3)
 

@@ -67,8 +67,9 @@ def offline(tmp_path, monkeypatch):
 
 async def test_log_sends_each_record_to_the_models_run_at_its_training_step(offline, monkeypatch):
     backend, wb = offline
-    model = TrainableModel(name="agent-1", project="retail", base_model="/m", report_metrics=["wandb"],
-                           run_name="first-try")
+    model = TrainableModel(
+        name="agent-1", project="retail", base_model="/m", report_metrics=["wandb"], run_name="first-try"
+    )
     await model.register(backend)
     group = TrajectoryGroup([Trajectory(reward=1.0, metrics={"win": 1}), Trajectory(reward=0.0, metrics={"win": 0})])
     train = await model.log([group], split="train", metrics={"loss": 0.25}, step=4)
@@ -89,6 +90,7 @@ async def test_log_sends_each_record_to_the_models_run_at_its_training_step(offl
     (again,) = glob.glob(str(wb.parent / "wb2" / "wandb" / "offline-run-*"))
     run, rows = _history(again)
     assert run["id"] == "agent-1" and rows == [{**later, "training_step": 5}]
+
 
 async def test_no_wandb_unless_configured_and_a_missing_key_is_named(offline, monkeypatch):
     backend, wb = offline

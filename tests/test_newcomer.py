@@ -23,20 +23,28 @@ async def test_art_style_loop_on_the_default_tiny_model_raises_the_reward(tiny_m
 
     env = load_environment("art_core.testing.color_quiz")
     questions = env.scenarios("train")
-    backend = LocalBackend(path=str(tmp_path / "art"), cache_dir=str(tmp_path / "cache"),
-                           server_config={"seed": 0, "log_path": str(tmp_path / "vllm.log")})
+    backend = LocalBackend(
+        path=str(tmp_path / "art"),
+        cache_dir=str(tmp_path / "cache"),
+        server_config={"seed": 0, "log_path": str(tmp_path / "vllm.log")},
+    )
     model = art.TrainableModel(name="newcomer", project="first-hour", base_model=tiny_model_path)
     rewards: list[float] = []
     try:
         await model.register(backend)
         client = model.openai_client()
         for step in range(await model.get_step(), STEPS):
-            batch = questions[4 * step: 4 * step + 4]
+            batch = questions[4 * step : 4 * step + 4]
             groups = await art.gather_trajectory_groups(
-                (art.TrajectoryGroup(env.rollout(client, model.get_inference_name(), q, max_tokens=8, temperature=1.0)
-                                     for _ in range(8)) for q in batch),
+                (
+                    art.TrajectoryGroup(
+                        env.rollout(client, model.get_inference_name(), q, max_tokens=8, temperature=1.0)
+                        for _ in range(8)
+                    )
+                    for q in batch
+                ),
                 pbar_desc=None,
-            )  # fmt: skip
+            )
             rewards.append(sum(r for g in groups for r in g.rewards()) / sum(len(g) for g in groups))
             result = await model.train(groups, art.TrainConfig(learning_rate=1e-2, old_logprobs="recompute", seed=0))
             assert result.step == step + 1

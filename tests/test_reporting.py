@@ -4,20 +4,31 @@ import os
 
 from art_core.evaluate import EvalReport
 from art_core.reporting import (
-    eval_markdown, log_wandb, metrics_table, read_history, record_metrics, reward_curve_png, step_metrics,
-)  # fmt: skip
+    eval_markdown,
+    log_wandb,
+    metrics_table,
+    read_history,
+    record_metrics,
+    reward_curve_png,
+    step_metrics,
+)
 from art_core.storage import Storage
 
 
 def test_history_records_merge_into_one_row_per_step(tmp_path):
     s = Storage(str(tmp_path))
-    assert record_metrics(s, "p", "m", 1, {"reward": 0.25, "train/loss": 1.5}) == {"train/reward": 0.25, "train/loss": 1.5}
+    assert record_metrics(s, "p", "m", 1, {"reward": 0.25, "train/loss": 1.5}) == {
+        "train/reward": 0.25,
+        "train/loss": 1.5,
+    }
     record_metrics(s, "p", "m", 2, {"reward": 0.5})
     record_metrics(s, "p", "m", 2, {"reward": 0.4, "pass^1": 0.3}, prefix="val/")
     assert [r["step"] for r in read_history(s, "p", "m")] == [1, 2, 2]
     rows = metrics_table(read_history(s, "p", "m"))
-    assert rows == [{"step": 1, "train/reward": 0.25, "train/loss": 1.5},
-                    {"step": 2, "train/reward": 0.5, "val/reward": 0.4, "val/pass^1": 0.3}]  # fmt: skip
+    assert rows == [
+        {"step": 1, "train/reward": 0.25, "train/loss": 1.5},
+        {"step": 2, "train/reward": 0.5, "val/reward": 0.4, "val/pass^1": 0.3},
+    ]
     assert step_metrics(s, "p", "m", 2, prefix="val/") == {"val/reward": 0.4, "val/pass^1": 0.3}
 
 
@@ -40,9 +51,16 @@ def test_wandb_logs_offline_without_a_key(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     from art_core.trajectories import Trajectory, TrajectoryGroup
 
-    sample = TrajectoryGroup([Trajectory(messages_and_choices=[{"role": "user", "content": "B2"}], reward=1.0)],
-                             metadata={"scenario_id": "s1"})  # fmt: skip
-    run_dir = log_wandb("p", "m", [{"step": 1, "train/reward": 0.2}, {"step": 2, "train/reward": 0.4}],
-                        sample_groups=[(2, sample)], directory=str(tmp_path))  # fmt: skip
+    sample = TrajectoryGroup(
+        [Trajectory(messages_and_choices=[{"role": "user", "content": "B2"}], reward=1.0)],
+        metadata={"scenario_id": "s1"},
+    )
+    run_dir = log_wandb(
+        "p",
+        "m",
+        [{"step": 1, "train/reward": 0.2}, {"step": 2, "train/reward": 0.4}],
+        sample_groups=[(2, sample)],
+        directory=str(tmp_path),
+    )
     assert run_dir.startswith(str(tmp_path)) and "offline-run" in run_dir
     assert os.path.exists(run_dir)

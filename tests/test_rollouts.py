@@ -17,8 +17,10 @@ def test_steps_draw_repeatable_and_then_fresh_scenarios():
 
 
 def test_reward_summary_flags_groups_without_spread():
-    groups = [TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)]),
-              TrajectoryGroup([Trajectory(reward=0.5), Trajectory(reward=0.5)])]  # fmt: skip
+    groups = [
+        TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)]),
+        TrajectoryGroup([Trajectory(reward=0.5), Trajectory(reward=0.5)]),
+    ]
     s = reward_summary(groups)
     assert s["reward"] == 0.5 and s["trajectories"] == 4 and s["groups_without_spread"] == 1
     assert math.isnan(reward_summary([])["reward"])

@@ -13,14 +13,25 @@ from art_core.trajectories import Trajectory, TrajectoryGroup
 
 
 def _groups(n: int = 2) -> list[TrajectoryGroup]:
-    return [TrajectoryGroup([Trajectory(messages_and_choices=[{"role": "user", "content": f"hi {i}"}], reward=float(i))
-                             for i in range(2)]) for _ in range(n)]  # fmt: skip
+    return [
+        TrajectoryGroup(
+            [
+                Trajectory(messages_and_choices=[{"role": "user", "content": f"hi {i}"}], reward=float(i))
+                for i in range(2)
+            ]
+        )
+        for _ in range(n)
+    ]
 
 
 def test_layout_is_spelled_in_one_place_and_storage_asks_it(tmp_path):
     storage = Storage(str(tmp_path))
     store = storage.model("demo", "agent")
-    assert store.checkpoint(3) == f"{tmp_path}/demo/models/agent/checkpoints/0003" == storage.checkpoint_path("demo", "agent", 3)
+    assert (
+        store.checkpoint(3)
+        == f"{tmp_path}/demo/models/agent/checkpoints/0003"
+        == storage.checkpoint_path("demo", "agent", 3)
+    )
     assert store.trajectories("train", 0) == storage.trajectories_path("demo", "agent", "train", 0)
     assert store.scored("train", 1).endswith("trajectories/train/0001.scored.jsonl")
     assert store.history.endswith("demo/models/agent/history.jsonl")
@@ -107,5 +118,8 @@ def test_one_record_per_step_and_phase(tmp_path):
     store.record(1, {"reward": 0.3}, prefix="val/")
     store.record(1, {"reward": 0.2})  # step 1 trained again (its checkpoint was lost): replaces, never doubles
     records = store.read_history()
-    assert [(r["step"], sorted(k for k in r if "/" in k)) for r in records] == [(1, ["val/reward"]), (1, ["train/reward"])]
+    assert [(r["step"], sorted(k for k in r if "/" in k)) for r in records] == [
+        (1, ["val/reward"]),
+        (1, ["train/reward"]),
+    ]
     assert store.step_metrics(1) == {"train/reward": 0.2}

@@ -17,7 +17,11 @@ def sampled_choice() -> Choice:
                 "role": "assistant",
                 "content": "",
                 "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "get_order", "arguments": '{"id": "#W1"}'}}
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_order", "arguments": '{"id": "#W1"}'},
+                    }
                 ],
             },
             "logprobs": {

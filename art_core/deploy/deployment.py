@@ -54,9 +54,11 @@ class Deployment(BaseModel):
     step: int
     model_name: str = Field(description="Pass this as `model=` to the endpoint's chat API.")
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL; None for `merged` (files to serve).")
-    status: Status = Field(description="ready/serving: answers now; saved: files written; queued/running: the "
-                           "service is still loading it; offline: logged to an offline W&B run, to sync; stopped: "
-                           "a vllm deployment's server was stopped")
+    status: Status = Field(
+        description="ready/serving: answers now; saved: files written; queued/running: the "
+        "service is still loading it; offline: logged to an offline W&B run, to sync; stopped: "
+        "a vllm deployment's server was stopped"
+    )
     export_uri: str = Field(description="The adapter export with its model card in storage (kept on failure).")
     uri: str | None = Field(None, description="What the target holds: merged folder, W&B artifact, Together archive.")
     job_id: str | None = None
@@ -105,9 +107,11 @@ def _check_step(storage: Storage, project: str, name: str, step: int | None) -> 
             raise DeployError(f"{project}/{name} has no trained step under {storage.root}: train it first")
         return have[-1]
     if isinstance(step, bool) or not isinstance(step, int) or step < 1 or not store.is_complete(step):
-        raise DeployError(f"step {step!r} of {project}/{name} does not exist (no complete checkpoint at "
-                          f"{store.checkpoint(step) if isinstance(step, int) else store.path('checkpoints')}); "
-                          f"complete steps: {have or 'none'}")
+        raise DeployError(
+            f"step {step!r} of {project}/{name} does not exist (no complete checkpoint at "
+            f"{store.checkpoint(step) if isinstance(step, int) else store.path('checkpoints')}); "
+            f"complete steps: {have or 'none'}"
+        )
     return step
 
 
@@ -173,15 +177,24 @@ async def deploy_model(
 
         endpoint = await asyncio.to_thread(serving.discover_endpoint, inference_url, api_key)
         served = await asyncio.to_thread(serving.serve_step, endpoint, storage.model(project, name), base, step)
-        return Deployment(model_name=served, endpoint=endpoint.base_url, status="serving",
-                          message=f"{endpoint.base_url} serves step {step} as {served!r}", **common)
+        return Deployment(
+            model_name=served,
+            endpoint=endpoint.base_url,
+            status="serving",
+            message=f"{endpoint.base_url} serves step {step} as {served!r}",
+            **common,
+        )
     if target == "vllm":
         from art_core.deploy.serve import serve_adapter
 
         server = await asyncio.to_thread(serve_adapter, storage, project, name, step, base, port=port, api_key=api_key)
-        d = Deployment(model_name=name, endpoint=server.base_url, status="serving",
-                       message=f"vLLM serving {name} (step {step}) at {server.base_url}; deployment.stop() ends it",
-                       **common)
+        d = Deployment(
+            model_name=name,
+            endpoint=server.base_url,
+            status="serving",
+            message=f"vLLM serving {name} (step {step}) at {server.base_url}; deployment.stop() ends it",
+            **common,
+        )
         d._server = server
         return d
     if target == "merged":
@@ -190,18 +203,47 @@ async def deploy_model(
         try:
             uri = await asyncio.to_thread(merge_adapter, storage, project, name, step, base)
         except Exception as e:  # out of memory, a base that does not fit the adapter, storage errors
-            raise DeployError(f"merging step {step} into {base} failed: {e}. The adapter export is intact at "
-                              f"{export_uri}.") from e
-        return Deployment(model_name=name, status="saved", uri=uri, message=(
-            f"merged weights at {uri}: python -m vllm.entrypoints.openai.api_server --model <local copy> "
-            f"--served-model-name {name}"), **common)
+            raise DeployError(
+                f"merging step {step} into {base} failed: {e}. The adapter export is intact at {export_uri}."
+            ) from e
+        return Deployment(
+            model_name=name,
+            status="saved",
+            uri=uri,
+            message=(
+                f"merged weights at {uri}: python -m vllm.entrypoints.openai.api_server --model <local copy> "
+                f"--served-model-name {name}"
+            ),
+            **common,
+        )
     if target == "together":
         from art_core.deploy import together
 
-        return await together.deploy(storage, project, name, step, served_base, export_uri, key, upload_to=upload_to,
-                                     wait=wait_for_completion, poll_interval_s=poll_interval_s, timeout_s=timeout_s,
-                                     verbose=verbose)
+        return await together.deploy(
+            storage,
+            project,
+            name,
+            step,
+            served_base,
+            export_uri,
+            key,
+            upload_to=upload_to,
+            wait=wait_for_completion,
+            poll_interval_s=poll_interval_s,
+            timeout_s=timeout_s,
+            verbose=verbose,
+        )
     from art_core.deploy import wandb_lora
 
-    return await asyncio.to_thread(wandb_lora.deploy, storage, project, name, step, served_base, export_uri, key,
-                                   entity=entity or os.environ.get("WANDB_ENTITY"), verbose=verbose)
+    return await asyncio.to_thread(
+        wandb_lora.deploy,
+        storage,
+        project,
+        name,
+        step,
+        served_base,
+        export_uri,
+        key,
+        entity=entity or os.environ.get("WANDB_ENTITY"),
+        verbose=verbose,
+    )

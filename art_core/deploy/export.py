@@ -21,8 +21,16 @@ from art_core.store import step_dir
 _STATE_PREFIXES = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", CHECKPOINT_MARKER)
 
 
-def model_card(*, project: str, name: str, step: int, base_model: str, metrics: dict[str, Any],
-               evals: list[dict[str, Any]] | None = None, lora_rank: int = 8) -> str:  # fmt: skip
+def model_card(
+    *,
+    project: str,
+    name: str,
+    step: int,
+    base_model: str,
+    metrics: dict[str, Any],
+    evals: list[dict[str, Any]] | None = None,
+    lora_rank: int = 8,
+) -> str:
     """The README.md that goes with an exported adapter: what it is, how it was measured, how to serve it."""
     from art_core.inference.server import SERVER_KEEP_ALIVE_S
     from art_core.serving import server_lora_rank
@@ -40,9 +48,13 @@ def model_card(*, project: str, name: str, step: int, base_model: str, metrics: 
     if not metrics:
         lines.append("- none recorded")
     for ev in evals or []:
-        passes = ", ".join(f"pass^{k} {v:.3f}" for k, v in sorted(ev.get("pass_k", {}).items(), key=lambda kv: int(kv[0])))
-        lines.append(f"- eval on `{ev['split']}` ({ev['scenarios']} scenarios x {ev['trials']}): reward {ev['reward']:.3f}"
-                     + (f"; {passes}" if passes else ""))  # fmt: skip
+        passes = ", ".join(
+            f"pass^{k} {v:.3f}" for k, v in sorted(ev.get("pass_k", {}).items(), key=lambda kv: int(kv[0]))
+        )
+        lines.append(
+            f"- eval on `{ev['split']}` ({ev['scenarios']} scenarios x {ev['trials']}): reward {ev['reward']:.3f}"
+            + (f"; {passes}" if passes else "")
+        )
     lines += [
         "",
         "## Serve it",
@@ -59,8 +71,9 @@ def model_card(*, project: str, name: str, step: int, base_model: str, metrics: 
     return "\n".join(lines) + "\n"
 
 
-def export_adapter(storage: Storage, project: str, name: str, step: int, base_model: str,
-                   destination: str | None = None) -> str:  # fmt: skip
+def export_adapter(
+    storage: Storage, project: str, name: str, step: int, base_model: str, destination: str | None = None
+) -> str:
     """Copy step `step`'s adapter files and a model card to `destination` (default `exports/{step:04d}`)."""
     store = storage.model(project, name)
     src = store.checkpoint(step)
@@ -87,10 +100,16 @@ def export_adapter(storage: Storage, project: str, name: str, step: int, base_mo
     metrics = {k: v for k, v in metrics.items() if "/" in k}
     evals = [ev] if (ev := store.read_eval(step)) else []
     rank = int(json.loads(storage.read_text(f"{dest}/adapter_config.json")).get("r", 8))
-    card = model_card(project=project, name=name, step=step, base_model=base_model, metrics=metrics, evals=evals,
-                      lora_rank=rank)  # fmt: skip
+    card = model_card(
+        project=project, name=name, step=step, base_model=base_model, metrics=metrics, evals=evals, lora_rank=rank
+    )
     storage.write_text(f"{dest}/README.md", card)
-    storage.write_text(f"{dest}/export.json", json.dumps(
-        {"project": project, "model": name, "step": step, "base_model": base_model, "files": sorted(copied)}, indent=2))
+    storage.write_text(
+        f"{dest}/export.json",
+        json.dumps(
+            {"project": project, "model": name, "step": step, "base_model": base_model, "files": sorted(copied)},
+            indent=2,
+        ),
+    )
     storage.write_text(f"{dest}/{CHECKPOINT_MARKER}", "ok\n")
     return dest

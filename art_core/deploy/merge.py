@@ -34,8 +34,9 @@ def merged_uri(storage: Storage, project: str, name: str, step: int) -> str:
     return storage.model(project, name).path("exports", f"{step_dir(step)}-merged")
 
 
-def merge_adapter(storage: Storage, project: str, name: str, step: int, base_model: str,
-                  destination: str | None = None) -> str:
+def merge_adapter(
+    storage: Storage, project: str, name: str, step: int, base_model: str, destination: str | None = None
+) -> str:
     """Write base + step `step`'s adapter, merged, as a safetensors model folder; returns its URI."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -50,10 +51,12 @@ def merge_adapter(storage: Storage, project: str, name: str, step: int, base_mod
         merged.save_pretrained(tmp, safe_serialization=True)
         AutoTokenizer.from_pretrained(base_model).save_pretrained(tmp)
         with open(os.path.join(tmp, "README.md"), "w") as f:
-            f.write(f"# {name} (step {step}), merged\n\nThe LoRA adapter of step {step} (project `{project}`) merged "
-                    f"into `{base_model}`: a plain model, no LoRA support needed to serve it.\n\n```bash\n"
-                    f"python -m vllm.entrypoints.openai.api_server --model <this folder> --served-model-name {name}\n"
-                    "```\n")
+            f.write(
+                f"# {name} (step {step}), merged\n\nThe LoRA adapter of step {step} (project `{project}`) merged "
+                f"into `{base_model}`: a plain model, no LoRA support needed to serve it.\n\n```bash\n"
+                f"python -m vllm.entrypoints.openai.api_server --model <this folder> --served-model-name {name}\n"
+                "```\n"
+            )
         storage.delete(dest)  # an older, maybe half-written merge of the same step
         storage.put_dir(tmp, dest)  # the COMPLETE marker goes last
     return dest

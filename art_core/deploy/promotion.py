@@ -1,9 +1,9 @@
 """Which step of a model is promoted (the one deploys and users get), kept in `{model}/promoted.json`.
 
-    >>> decide(new_reward=0.42, promoted_reward=0.40, min_improvement=0.0)
-    True
-    >>> decide(new_reward=0.40, promoted_reward=0.40, min_improvement=0.0)   # a tie keeps the old step
-    False
+>>> decide(new_reward=0.42, promoted_reward=0.40, min_improvement=0.0)
+True
+>>> decide(new_reward=0.40, promoted_reward=0.40, min_improvement=0.0)   # a tie keeps the old step
+False
 """
 
 from __future__ import annotations

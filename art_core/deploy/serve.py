@@ -17,8 +17,16 @@ import time
 from art_core.storage import Storage
 
 
-def serve_adapter(storage: Storage, project: str, name: str, step: int, base_model: str, port: int = 0,
-                  api_key: str | None = None, max_lora_rank: int | None = None):  # fmt: skip
+def serve_adapter(
+    storage: Storage,
+    project: str,
+    name: str,
+    step: int,
+    base_model: str,
+    port: int = 0,
+    api_key: str | None = None,
+    max_lora_rank: int | None = None,
+):
     """Start a vLLM server (art_core.inference) with step `step`'s adapter loaded as `name`; returns it started.
 
     The base model answers to the same name as on every server we start (art_core.serving); the server's
@@ -31,9 +39,14 @@ def serve_adapter(storage: Storage, project: str, name: str, step: int, base_mod
     if not store.is_complete(step):
         raise FileNotFoundError(f"no complete checkpoint for step {step} at {store.checkpoint(step)}")
     local = local_adapter(store, base_model, step)
-    config = server_config(base_model, max_lora_rank=max_lora_rank or adapter_rank(store, step), port=port,
-                           api_key=api_key, gpu_memory_utilization=None,  # serving only: vLLM takes its usual share
-                           extra_args=["--lora-modules", f"{name}={local}"])  # fmt: skip
+    config = server_config(
+        base_model,
+        max_lora_rank=max_lora_rank or adapter_rank(store, step),
+        port=port,
+        api_key=api_key,
+        gpu_memory_utilization=None,  # serving only: vLLM takes its usual share
+        extra_args=["--lora-modules", f"{name}={local}"],
+    )
     return VLLMServer(config).start()
 
 

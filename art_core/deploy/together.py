@@ -40,8 +40,15 @@ SUPPORTED_BASE_MODELS = (
 DEFAULT_BASE_URL = "https://api.together.ai/v1"
 PRESIGN_SECONDS = 6 * 3600
 REQUIRED_FILES = ("adapter_config.json", "adapter_model.safetensors")
-_STATUS = {"Queued": "queued", "Retry Queued": "queued", "Running": "running", "Complete": "ready",
-           "Failed": "failed", "Error": "failed", "Bad": "failed"}
+_STATUS = {
+    "Queued": "queued",
+    "Retry Queued": "queued",
+    "Running": "running",
+    "Complete": "ready",
+    "Failed": "failed",
+    "Error": "failed",
+    "Bad": "failed",
+}
 
 
 def preflight(base_model: str, api_key: str | None, storage: Storage, upload_to: str | None) -> str:
@@ -54,11 +61,15 @@ def preflight(base_model: str, api_key: str | None, storage: Storage, upload_to:
         )
     key = api_key or os.environ.get("TOGETHER_API_KEY")
     if not key:
-        raise DeployError("TOGETHER_API_KEY is not set: export it (or store it in the Prefect Secret block the "
-                          "deploy flow names) before deploying to Together")
+        raise DeployError(
+            "TOGETHER_API_KEY is not set: export it (or store it in the Prefect Secret block the "
+            "deploy flow names) before deploying to Together"
+        )
     if not storage.root.startswith("s3://") and not (upload_to or "").startswith("s3://"):
-        raise DeployError(f"Together downloads the adapter from a URL, and storage {storage.root} is a local folder: "
-                          "pass upload_to='s3://bucket/prefix' (or use an s3:// storage root) for the archive")
+        raise DeployError(
+            f"Together downloads the adapter from a URL, and storage {storage.root} is a local folder: "
+            "pass upload_to='s3://bucket/prefix' (or use an s3:// storage root) for the archive"
+        )
     try:
         import together  # noqa: F401
     except ImportError as e:
@@ -75,7 +86,9 @@ def archive(storage: Storage, export_uri: str) -> bytes:
     """A .tar.gz of the export's files at the archive's root (Together rejects a nested folder)."""
     with tempfile.TemporaryDirectory(prefix="art-together-") as tmp:
         local = storage.get_dir(export_uri, os.path.join(tmp, "export"))
-        names = sorted(f for f in os.listdir(local) if os.path.isfile(os.path.join(local, f)) and f != CHECKPOINT_MARKER)
+        names = sorted(
+            f for f in os.listdir(local) if os.path.isfile(os.path.join(local, f)) and f != CHECKPOINT_MARKER
+        )
         missing = [f for f in REQUIRED_FILES if f not in names]
         if missing:
             raise DeployError(f"the export at {export_uri} lacks {', '.join(missing)}, which Together requires")
@@ -86,8 +99,9 @@ def archive(storage: Storage, export_uri: str) -> bytes:
         return buf.getvalue()
 
 
-def _put_archive(storage: Storage, export_uri: str, data: bytes, project: str, name: str, step: int,
-                 upload_to: str | None) -> tuple[str, str]:
+def _put_archive(
+    storage: Storage, export_uri: str, data: bytes, project: str, name: str, step: int, upload_to: str | None
+) -> tuple[str, str]:
     """Write the archive to S3 and presign it; returns (its s3:// URI, the presigned https URL)."""
     if upload_to:
         target = Storage(upload_to)
@@ -99,9 +113,21 @@ def _put_archive(storage: Storage, export_uri: str, data: bytes, project: str, n
     return uri, target.fs.sign(uri, expiration=PRESIGN_SECONDS)
 
 
-async def deploy(storage: Storage, project: str, name: str, step: int, base_model: str, export_uri: str, api_key: str,
-                 *, upload_to: str | None = None, wait: bool = True, poll_interval_s: float = 15.0,
-                 timeout_s: float = 900.0, verbose: bool = False) -> Deployment:
+async def deploy(
+    storage: Storage,
+    project: str,
+    name: str,
+    step: int,
+    base_model: str,
+    export_uri: str,
+    api_key: str,
+    *,
+    upload_to: str | None = None,
+    wait: bool = True,
+    poll_interval_s: float = 15.0,
+    timeout_s: float = 900.0,
+    verbose: bool = False,
+) -> Deployment:
     """Archive, upload, poll; returns the deployment (ready, or queued/running when not waiting)."""
     from together import AsyncTogether
 
@@ -113,7 +139,10 @@ async def deploy(storage: Storage, project: str, name: str, step: int, base_mode
     model_name = together_name(project, name, step)
     try:
         upload = await client.models.upload(
-            model_name=model_name, model_source=url, model_type="adapter", base_model=base_model,
+            model_name=model_name,
+            model_source=url,
+            model_type="adapter",
+            base_model=base_model,
             description=f"Deployed from art-pipeline. Project: {project}. Model: {name}. Step: {step}.",
         )
     except Exception as e:  # the SDK's errors name the status and body, never the key
@@ -134,18 +163,34 @@ async def deploy(storage: Storage, project: str, name: str, step: int, base_mode
                 reason = job.status_updates[-1].message if job.status_updates else None
                 raise DeployError(f"Together job {job_id} for {served} failed: {reason or job.status}. {kept}.")
             if status == "ready" and any(m.id == served for m in await client.models.list()):
-                return Deployment(target="together", step=step, model_name=served, endpoint=endpoint, status="ready",
-                                  export_uri=export_uri, uri=archive_uri, job_id=job_id,
-                                  message=f"Together serves {served} at {endpoint}")
+                return Deployment(
+                    target="together",
+                    step=step,
+                    model_name=served,
+                    endpoint=endpoint,
+                    status="ready",
+                    export_uri=export_uri,
+                    uri=archive_uri,
+                    job_id=job_id,
+                    message=f"Together serves {served} at {endpoint}",
+                )
             if not wait:
-                return Deployment(target="together", step=step, model_name=served, endpoint=endpoint,
-                                  status="running" if status == "ready" else status, export_uri=export_uri,
-                                  uri=archive_uri, job_id=job_id,
-                                  message=f"Together job {job_id} is {job.status}; poll it, or deploy again with "
-                                  "wait_for_completion=True")
+                return Deployment(
+                    target="together",
+                    step=step,
+                    model_name=served,
+                    endpoint=endpoint,
+                    status="running" if status == "ready" else status,
+                    export_uri=export_uri,
+                    uri=archive_uri,
+                    job_id=job_id,
+                    message=f"Together job {job_id} is {job.status}; poll it, or deploy again with "
+                    "wait_for_completion=True",
+                )
             if time.monotonic() > deadline:
-                raise DeployError(f"Together job {job_id} for {served} is still {job.status} after {timeout_s:.0f} s. "
-                                  f"{kept}.")
+                raise DeployError(
+                    f"Together job {job_id} for {served} is still {job.status} after {timeout_s:.0f} s. {kept}."
+                )
             await asyncio.sleep(poll_interval_s)
     except DeployError:
         raise

@@ -44,8 +44,10 @@ def preflight(base_model: str, api_key: str | None) -> str | None:
         )
     key = api_key or os.environ.get("WANDB_API_KEY")
     if not key and not _offline():
-        raise DeployError("WANDB_API_KEY is not set: export it (or store it in the Prefect Secret block the deploy "
-                          "flow names), or set WANDB_MODE=offline to log the artifact locally")
+        raise DeployError(
+            "WANDB_API_KEY is not set: export it (or store it in the Prefect Secret block the deploy "
+            "flow names), or set WANDB_MODE=offline to log the artifact locally"
+        )
     try:
         import wandb  # noqa: F401
     except ImportError as e:
@@ -58,8 +60,17 @@ def served_name(entity: str, project: str, name: str, step: int) -> str:
     return f"wandb-artifact:///{entity}/{project}/{name}:step{step}"
 
 
-def deploy(storage: Storage, project: str, name: str, step: int, base_model: str, export_uri: str,
-           api_key: str | None, entity: str | None = None, verbose: bool = False) -> Deployment:
+def deploy(
+    storage: Storage,
+    project: str,
+    name: str,
+    step: int,
+    base_model: str,
+    export_uri: str,
+    api_key: str | None,
+    entity: str | None = None,
+    verbose: bool = False,
+) -> Deployment:
     """Log the export as artifact `{project}/{name}:step{step}`; returns the deployment."""
     import wandb
 
@@ -69,14 +80,29 @@ def deploy(storage: Storage, project: str, name: str, step: int, base_model: str
         local = storage.get_dir(export_uri, os.path.join(tmp, "export"))
         settings = wandb.Settings(api_key=api_key) if api_key and not offline else None
         try:
-            run = wandb.init(project=project, entity=entity, job_type="deploy", name=f"deploy-{name}-step{step}",
-                             settings=settings, reinit="create_new")
+            run = wandb.init(
+                project=project,
+                entity=entity,
+                job_type="deploy",
+                name=f"deploy-{name}-step{step}",
+                settings=settings,
+                reinit="create_new",
+            )
         except Exception as e:
             raise DeployError(f"could not start a W&B run in project {project!r}: {e}. {kept}.") from e
         try:
-            artifact = wandb.Artifact(name, type="lora", storage_region=STORAGE_REGION, metadata={
-                "wandb.base_model": base_model, "project": project, "model": name, "step": step,
-                "export_uri": export_uri})
+            artifact = wandb.Artifact(
+                name,
+                type="lora",
+                storage_region=STORAGE_REGION,
+                metadata={
+                    "wandb.base_model": base_model,
+                    "project": project,
+                    "model": name,
+                    "step": step,
+                    "export_uri": export_uri,
+                },
+            )
             artifact.add_dir(local)
             logged = run.log_artifact(artifact, aliases=[f"step{step}", "latest"])
             if not offline:
@@ -90,11 +116,21 @@ def deploy(storage: Storage, project: str, name: str, step: int, base_model: str
     model_name = served_name(entity or "<entity>", project, name, step)
     uri = f"{project}/{name}:step{step}"
     if offline:
-        message = (f"artifact {uri} logged to the offline run in {os.path.dirname(run_dir)}; `wandb sync` it, then "
-                   f"W&B Inference serves it as {model_name}")
+        message = (
+            f"artifact {uri} logged to the offline run in {os.path.dirname(run_dir)}; `wandb sync` it, then "
+            f"W&B Inference serves it as {model_name}"
+        )
     else:
         message = f"W&B Inference serves {uri} as {model_name} at {INFERENCE_URL}"
     if verbose:
         print(message)
-    return Deployment(target="wandb", step=step, model_name=model_name, endpoint=INFERENCE_URL,
-                      status="offline" if offline else "ready", export_uri=export_uri, uri=uri, message=message)
+    return Deployment(
+        target="wandb",
+        step=step,
+        model_name=model_name,
+        endpoint=INFERENCE_URL,
+        status="offline" if offline else "ready",
+        export_uri=export_uri,
+        uri=uri,
+        message=message,
+    )

@@ -44,13 +44,17 @@ class ArtRolloutOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rollout: str = Field("art_core.envs.art_rollout:color_quiz_rollout",
-                         description="'module:function' of an ART-style `async def rollout(model, scenario)`.")
+    rollout: str = Field(
+        "art_core.envs.art_rollout:color_quiz_rollout",
+        description="'module:function' of an ART-style `async def rollout(model, scenario)`.",
+    )
     scenarios: str = Field("art_core.testing.color_quiz", description="The environment whose scenarios it plays.")
     scenario_options: dict[str, Any] = Field(default_factory=dict, description="That environment's options.")
     constrains_sampling: bool | None = Field(
-        None, description="Whether the rollout samples through a grammar (then train with old_logprobs="
-        "'recompute'); default: what the scenarios' environment says.")
+        None,
+        description="Whether the rollout samples through a grammar (then train with old_logprobs="
+        "'recompute'); default: what the scenarios' environment says.",
+    )
 
 
 class _ClientWithDefaults:
@@ -118,8 +122,10 @@ class ArtRolloutEnv(Environment):
         target = RolloutModel(_ClientWithDefaults(client, defaults, extra_body), model)
         traj = await trajectory(self._rollout(target, scenario.data))
         if not traj.messages_and_choices:
-            raise RuntimeError(f"{self.options.rollout} made no chat completion call that could be captured (calls "
-                               "must go through an openai client, not streaming, outside no_capture())")
+            raise RuntimeError(
+                f"{self.options.rollout} made no chat completion call that could be captured (calls "
+                "must go through an openai client, not streaming, outside no_capture())"
+            )
         traj.metadata.update(env=self.name, scenario_id=scenario.id, split=scenario.split)
         return traj
 

@@ -59,7 +59,7 @@ def split_part(items: list, split: str, sizes: dict[str, int]) -> list:
     start = 0
     for name in SPLITS:
         if name == split:
-            return items[start:start + sizes.get(name, 0)]
+            return items[start : start + sizes.get(name, 0)]
         start += sizes.get(name, 0)
     raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
 

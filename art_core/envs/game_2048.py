@@ -169,8 +169,10 @@ class Game2048Env(Environment):
         sizes = self.options.split_sizes
         rng = random.Random(f"2048-scenarios-{self.options.seed}")
         seeds = rng.sample(range(2**31), sum(sizes.values()))  # distinct, so splits never share a game
-        return [Scenario(id=f"2048-{split}-{i:04d}", split=split, data={"game_seed": s})
-                for i, s in enumerate(split_part(seeds, split, sizes))]
+        return [
+            Scenario(id=f"2048-{split}-{i:04d}", split=split, data={"game_seed": s})
+            for i, s in enumerate(split_part(seeds, split, sizes))
+        ]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game of `scenario` with `model`; each model turn is kept as its Choice."""
@@ -217,8 +219,14 @@ class Game2048Env(Environment):
             traj.messages_and_choices.append({"role": "user", "content": render(board)})
         best = max_tile(board)
         traj.reward = score_game(best, opts.target)
-        traj.metrics.update(max_tile=best, score=score, moves=moves, invalid_moves=invalid, won=best >= opts.target,
-                            game_over=not legal_moves(board))
+        traj.metrics.update(
+            max_tile=best,
+            score=score,
+            moves=moves,
+            invalid_moves=invalid,
+            won=best >= opts.target,
+            game_over=not legal_moves(board),
+        )
         return traj.finish()
 
 

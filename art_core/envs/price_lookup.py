@@ -37,9 +37,23 @@ from art_core.trajectories import Trajectory
 # Sixteen items: the catalogue is listed in the tool's schema, so every prompt (and every trained sequence)
 # carries it; on 2 cores a train step's time grows with it (30 items: about 85 s a step of 32 rollouts).
 ITEMS = (
-    "lamp", "chair", "pillow", "kettle", "toaster", "mirror", "candle", "basket", "ladder", "hammer", "umbrella",
-    "backpack", "teapot", "clock", "towel", "wallet",
-)  # fmt: skip
+    "lamp",
+    "chair",
+    "pillow",
+    "kettle",
+    "toaster",
+    "mirror",
+    "candle",
+    "basket",
+    "ladder",
+    "hammer",
+    "umbrella",
+    "backpack",
+    "teapot",
+    "clock",
+    "towel",
+    "wallet",
+)
 QUESTION = "How much does the {item} cost? Look it up with the lookup_price tool, then tell me the price."
 
 
@@ -86,40 +100,56 @@ class PriceLookupEnv(Environment):
         return self.options.force_call
 
     def tools(self) -> list[dict[str, Any]]:
-        return [{
-            "type": "function",
-            "function": {
-                "name": "lookup_price",
-                "description": "Look up what an item of the store costs, in dollars.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"item": {"type": "string", "enum": sorted(ITEMS),
-                                            "description": "The item's name, as the customer said it."}},
-                    "required": ["item"],
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": "lookup_price",
+                    "description": "Look up what an item of the store costs, in dollars.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "item": {
+                                "type": "string",
+                                "enum": sorted(ITEMS),
+                                "description": "The item's name, as the customer said it.",
+                            }
+                        },
+                        "required": ["item"],
+                    },
                 },
-            },
-        }]  # fmt: skip
+            }
+        ]
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
         rng = random.Random(f"price-lookup-{self.options.seed}")
         asked = [rng.choice(ITEMS) for _ in range(sum(self.options.split_sizes.values()))]
-        return [Scenario(id=f"price-lookup-{split}-{i:04d}", split=split,
-                         data={"item": item, "prices": prices(f"{self.options.seed}-{split}-{i}")})
-                for i, item in enumerate(split_part(asked, split, self.options.split_sizes))]
+        return [
+            Scenario(
+                id=f"price-lookup-{split}-{i:04d}",
+                split=split,
+                data={"item": item, "prices": prices(f"{self.options.seed}-{split}-{i}")},
+            )
+            for i, item in enumerate(split_part(asked, split, self.options.split_sizes))
+        ]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Turn 1: the lookup call; the tool answers from the catalogue; turn 2: the answer, scored."""
         sampling, extra_body = turn_sampling(sampling)
         item, catalogue = scenario.data["item"], scenario.data["prices"]
         tools = self.tools()
-        traj = Trajectory(messages_and_choices=[{"role": "user", "content": QUESTION.format(item=item)}], tools=tools,
-                          metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split})  # fmt: skip
+        traj = Trajectory(
+            messages_and_choices=[{"role": "user", "content": QUESTION.format(item=item)}],
+            tools=tools,
+            metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split},
+        )
         call_body = dict(extra_body)
         if self.options.force_call:
             call_body["structured_outputs"] = {"regex": tool_call_regex(tools)}
-        first = await client.chat.completions.create(model=model, messages=traj.messages(), tools=tools, logprobs=True,
-                                                     extra_body=call_body, **sampling)  # fmt: skip
+        first = await client.chat.completions.create(
+            model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=call_body, **sampling
+        )
         choice = first.choices[0]
         traj.messages_and_choices.append(choice)
         calls = choice.message.tool_calls or []
@@ -129,15 +159,23 @@ class PriceLookupEnv(Environment):
                 looked_up = json.loads(calls[0].function.arguments).get("item")
             except (ValueError, AttributeError):
                 looked_up = None
-            result = ({"item": looked_up, "price": f"${catalogue[looked_up]}"} if looked_up in catalogue
-                      else {"error": f"no item called {looked_up!r}"})  # fmt: skip
-            traj.messages_and_choices.append({"role": "tool", "tool_call_id": calls[0].id, "content": json.dumps(result)})
+            result = (
+                {"item": looked_up, "price": f"${catalogue[looked_up]}"}
+                if looked_up in catalogue
+                else {"error": f"no item called {looked_up!r}"}
+            )
+            traj.messages_and_choices.append(
+                {"role": "tool", "tool_call_id": calls[0].id, "content": json.dumps(result)}
+            )
         answer = ""
         if calls:
-            turn2 = {**sampling, "max_tokens": min(sampling.get("max_tokens") or self.options.answer_tokens,
-                                                   self.options.answer_tokens)}  # fmt: skip
-            second = await client.chat.completions.create(model=model, messages=traj.messages(), tools=tools,
-                                                          logprobs=True, extra_body=extra_body, **turn2)  # fmt: skip
+            turn2 = {
+                **sampling,
+                "max_tokens": min(sampling.get("max_tokens") or self.options.answer_tokens, self.options.answer_tokens),
+            }
+            second = await client.chat.completions.create(
+                model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=extra_body, **turn2
+            )
             traj.messages_and_choices.append(second.choices[0])
             answer = second.choices[0].message.content or ""
         said = states_price(answer, catalogue[item])

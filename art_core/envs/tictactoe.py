@@ -41,7 +41,7 @@ Board = dict[str, str]  # cell -> "X" | "O"; free cells are absent
 
 
 def winner(board: Board) -> str | None:
-    """"X" or "O" if that mark fills a line, else None."""
+    """ "X" or "O" if that mark fills a line, else None."""
     for line in LINES:
         marks = {board.get(c) for c in line}
         if len(marks) == 1 and None not in marks:
@@ -130,7 +130,9 @@ class TicTacToeEnv(Environment):
         self.options = TicTacToeOptions(**options)
         total, available = sum(self.options.split_sizes.values()), len(openings())
         if total > available:
-            raise ValueError(f"split_sizes ask for {total} openings but only {available} exist; make the splits smaller")
+            raise ValueError(
+                f"split_sizes ask for {total} openings but only {available} exist; make the splits smaller"
+            )
 
     @property
     def constrains_sampling(self) -> bool:
@@ -140,8 +142,10 @@ class TicTacToeEnv(Environment):
         split = self.check_split(split)
         every = openings()
         random.Random(f"tictactoe-scenarios-{self.options.seed}").shuffle(every)
-        return [Scenario(id=f"tictactoe-{split}-{i:04d}", split=split, data={"opening": list(seq)})
-                for i, seq in enumerate(split_part(every, split, self.options.split_sizes))]
+        return [
+            Scenario(id=f"tictactoe-{split}-{i:04d}", split=split, data={"opening": list(seq)})
+            for i, seq in enumerate(split_part(every, split, self.options.split_sizes))
+        ]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one game from the scenario's opening; each model turn is kept as its Choice."""
@@ -150,7 +154,10 @@ class TicTacToeEnv(Environment):
         if next_mark(board) == "O":
             board[opponent_move(board)] = "O"
         traj = Trajectory(
-            messages_and_choices=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": self._prompt(board)}],
+            messages_and_choices=[
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": self._prompt(board)},
+            ],
             metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split},
         )
         agent_moves = 0
@@ -178,8 +185,13 @@ class TicTacToeEnv(Environment):
                 traj.messages_and_choices.append({"role": "user", "content": self._prompt(board)})
         traj.reward = outcome_reward(outcome, agent_moves)
         traj.metadata["outcome"] = outcome
-        traj.metrics.update(win=outcome == "win", draw=outcome == "draw", loss=outcome in ("loss", "illegal"),
-                            illegal=outcome == "illegal", agent_moves=agent_moves)
+        traj.metrics.update(
+            win=outcome == "win",
+            draw=outcome == "draw",
+            loss=outcome in ("loss", "illegal"),
+            illegal=outcome == "illegal",
+            agent_moves=agent_moves,
+        )
         return traj.finish()
 
     @staticmethod
@@ -188,7 +200,7 @@ class TicTacToeEnv(Environment):
 
 
 def _result(board: Board) -> str | None:
-    """"win" / "loss" / "draw" from X's side once the game is decided, else None."""
+    """ "win" / "loss" / "draw" from X's side once the game is decided, else None."""
     w = winner(board)
     if w:
         return "win" if w == "X" else "loss"

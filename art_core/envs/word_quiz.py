@@ -35,9 +35,31 @@ CATEGORIES = {
 }
 # Things that are none of the categories above.
 OTHERS = (
-    "table", "chair", "lamp", "window", "pencil", "river", "cloud", "stone", "piano", "spoon", "clock", "paper",
-    "bottle", "door", "shoe", "hammer", "bridge", "candle", "mirror", "pillow", "rocket", "violin", "basket", "ladder",
-)  # fmt: skip
+    "table",
+    "chair",
+    "lamp",
+    "window",
+    "pencil",
+    "river",
+    "cloud",
+    "stone",
+    "piano",
+    "spoon",
+    "clock",
+    "paper",
+    "bottle",
+    "door",
+    "shoe",
+    "hammer",
+    "bridge",
+    "candle",
+    "mirror",
+    "pillow",
+    "rocket",
+    "violin",
+    "basket",
+    "ladder",
+)
 QUESTION = "Which of these words is {article} {category}: {options}? Answer with that one word only."
 
 
@@ -88,8 +110,10 @@ class WordQuizEnv(Environment):
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
-        return [Scenario(id=f"word-quiz-{split}-{i:04d}", split=split, data=q)
-                for i, q in enumerate(split_part(self._questions, split, self.options.split_sizes))]
+        return [
+            Scenario(id=f"word-quiz-{split}-{i:04d}", split=split, data=q)
+            for i, q in enumerate(split_part(self._questions, split, self.options.split_sizes))
+        ]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Ask once, read the free-text reply, score it (see `score`)."""
@@ -97,8 +121,10 @@ class WordQuizEnv(Environment):
         q = scenario.data
         article = "an" if q["category"][0] in "aeiou" else "a"
         question = QUESTION.format(article=article, category=q["category"], options=", ".join(q["options"]))
-        traj = Trajectory(messages_and_choices=[{"role": "user", "content": question}],
-                          metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split})  # fmt: skip
+        traj = Trajectory(
+            messages_and_choices=[{"role": "user", "content": question}],
+            metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split},
+        )
         response = await client.chat.completions.create(
             model=model, messages=traj.messages(), logprobs=True, extra_body=extra_body, **sampling
         )
@@ -106,7 +132,9 @@ class WordQuizEnv(Environment):
         traj.messages_and_choices.append(choice)
         reply = choice.message.content or ""
         traj.reward = score(reply, q["options"], q["answer"])
-        traj.metrics.update(short_and_right=traj.reward == 1.0, right_first=traj.reward > 0, reply_words=len(words(reply)))
+        traj.metrics.update(
+            short_and_right=traj.reward == 1.0, right_first=traj.reward > 0, reply_words=len(words(reply))
+        )
         return traj.finish()
 
 

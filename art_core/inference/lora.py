@@ -51,7 +51,9 @@ def write_zero_adapter(
     import numpy as np
     from safetensors.numpy import save_file
 
-    files = [f for f in sorted(os.listdir(base_model)) if f.endswith(".safetensors")] if os.path.isdir(base_model) else []
+    files = (
+        [f for f in sorted(os.listdir(base_model)) if f.endswith(".safetensors")] if os.path.isdir(base_model) else []
+    )
     if not files:
         raise FileNotFoundError(
             f"no .safetensors weights in {base_model!r}: step 0 needs the base model as a local directory"

@@ -36,8 +36,8 @@ LOAD_ADAPTER_PATH = "/v1/load_lora_adapter"
 def with_logprobs(body: bytes, path: str) -> bytes | None:
     """The request body with logprobs turned on, or None when it already asks for them (or is not JSON).
 
-        >>> with_logprobs(b'{"model": "m", "messages": []}', "/v1/chat/completions")
-        b'{"model": "m", "messages": [], "logprobs": true}'
+    >>> with_logprobs(b'{"model": "m", "messages": []}', "/v1/chat/completions")
+    b'{"model": "m", "messages": [], "logprobs": true}'
     """
     try:
         payload = json.loads(body)
@@ -177,7 +177,9 @@ class ServerDefaults:
         return _replay(scope, receive, body, await with_fetched_adapter(body), others)
 
 
-def _replay(scope: Scope, receive: Receive, body: bytes, new: bytes | None, others: list[Message]) -> tuple[Scope, Receive]:
+def _replay(
+    scope: Scope, receive: Receive, body: bytes, new: bytes | None, others: list[Message]
+) -> tuple[Scope, Receive]:
     """The request again, with its body replaced by `new` when given (content-length follows)."""
     if new is not None:
         body = new
@@ -193,8 +195,13 @@ def _replay(scope: Scope, receive: Receive, body: bytes, new: bytes | None, othe
 
 async def _error(send: Send, status: int, message: str) -> None:
     body = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 

@@ -343,10 +343,14 @@ class VLLMServer:
                 # die (a second line; vLLM then stops its engine); from other threads the watchdog alone.
                 main = threading.current_thread() is threading.main_thread()
                 self.proc = subprocess.Popen(
-                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self.environment(), start_new_session=True,
+                    self.command(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.environment(),
+                    start_new_session=True,
                     preexec_fn=parent_death_preexec(signal.SIGTERM) if main else None,
-                )  # fmt: skip
+                )
             guard(self.proc.pid, group=True)  # ends the group if this process dies, SIGKILL included
             _LIVE.add(self)
         try:

@@ -26,7 +26,17 @@ log = logging.getLogger(__name__)
 CACHE_VERSION = 1
 # litellm parameters that choose where and how the request travels, not what the judge answers.
 _TRANSPORT_PARAMS = frozenset(
-    {"api_base", "base_url", "api_key", "api_version", "timeout", "num_retries", "max_retries", "extra_headers", "organization"}
+    {
+        "api_base",
+        "base_url",
+        "api_key",
+        "api_version",
+        "timeout",
+        "num_retries",
+        "max_retries",
+        "extra_headers",
+        "organization",
+    }
 )
 
 

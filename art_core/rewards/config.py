@@ -113,7 +113,9 @@ def resolve_judge(config: JudgeConfig, secrets: dict[str, Any] | None = None) ->
     params: dict[str, Any] = dict(config.litellm_params)
     if config.model is None:
         if not settings.judge_model:
-            raise ValueError("no RULER judge model: pass judge_model='openai/...' (or JudgeConfig.model) or set ART_JUDGE_MODEL")
+            raise ValueError(
+                "no RULER judge model: pass judge_model='openai/...' (or JudgeConfig.model) or set ART_JUDGE_MODEL"
+            )
         config = config.model_copy(update={"model": settings.judge_model})
         if settings.judge_api_base and not config.api_base:
             params["api_base"] = settings.judge_api_base

@@ -63,7 +63,9 @@ def reply_model(ids: list[str], explanation_max_chars: int | None = None) -> typ
     return create_model("RulerScores", __base__=_Strict, **{i: (entry, ...) for i in ids})
 
 
-def parse_reply(content: str | None, response_model: type[BaseModel], finish_reason: str | None = None) -> dict[str, dict[str, Any]]:
+def parse_reply(
+    content: str | None, response_model: type[BaseModel], finish_reason: str | None = None
+) -> dict[str, dict[str, Any]]:
     """Validate a reply's text against the ids sent; returns {id: {"explanation", "score"}}."""
     if finish_reason == "length":
         raise MalformedReply("the judge's reply was cut off by max_tokens; raise max_tokens in extra_litellm_params")
@@ -83,12 +85,16 @@ def parse_reply(content: str | None, response_model: type[BaseModel], finish_rea
     except ValidationError as exc:
         expected = list(response_model.model_fields)
         got = list(data) if isinstance(data, dict) else type(data).__name__
-        raise MalformedReply(f"the judge's reply does not match the ids sent (expected {expected}, got {got}): {exc}") from None
+        raise MalformedReply(
+            f"the judge's reply does not match the ids sent (expected {expected}, got {got}): {exc}"
+        ) from None
     return {tid: getattr(reply, tid).model_dump() for tid in response_model.model_fields}
 
 
 # One semaphore per (event loop, endpoint, model, limit): asyncio primitives belong to one loop.
-_LIMITS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, asyncio.Semaphore]]" = weakref.WeakKeyDictionary()
+_LIMITS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, asyncio.Semaphore]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def endpoint_semaphore(judge_model: str, api_base: str | None, limit: int) -> asyncio.Semaphore:
@@ -133,7 +139,9 @@ async def call_judge(
         if attempt:
             usage.retries += 1
             delay = backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 2)  # jitter spreads out groups
-            log.warning("RULER judge %s: attempt %d failed (%s); retrying in %.2fs", judge_model, attempt, _short(last), delay)
+            log.warning(
+                "RULER judge %s: attempt %d failed (%s); retrying in %.2fs", judge_model, attempt, _short(last), delay
+            )
             await asyncio.sleep(delay)
         try:
             async with semaphore:

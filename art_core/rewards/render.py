@@ -126,7 +126,11 @@ def _tools_text(tools: Sequence[Tools | None]) -> tuple[str, list[str]]:
 
 
 def judge_user_message(
-    rendered: Sequence[Blocks], ids: Sequence[str], tools: Sequence[Tools | None] | None = None, *, share_prefix: bool = True
+    rendered: Sequence[Blocks],
+    ids: Sequence[str],
+    tools: Sequence[Tools | None] | None = None,
+    *,
+    share_prefix: bool = True,
 ) -> str:
     """The user message for the judge. `share_prefix=False` sends every trajectory whole (for comparison)."""
     if len(rendered) != len(ids):

@@ -79,12 +79,19 @@ class _Resolved(BaseModel):
 DEFAULT_JUDGE_MODEL = "openai/o3"
 
 
-def _resolve(judge_model: str | None, extra_litellm_params: dict[str, Any] | None, rubric: str | None,
-             config: JudgeConfig | None, options: dict[str, Any]) -> _Resolved:  # fmt: skip
+def _resolve(
+    judge_model: str | None,
+    extra_litellm_params: dict[str, Any] | None,
+    rubric: str | None,
+    config: JudgeConfig | None,
+    options: dict[str, Any],
+) -> _Resolved:
     """One config from explicit arguments, a config and keyword options; the judge and key from settings."""
     from art_core.settings import get_settings
 
-    unknown = set(options) - set(JudgeConfig.model_fields) - {"judge_model", "extra_litellm_params"} - set(RUNTIME_OPTIONS)
+    unknown = (
+        set(options) - set(JudgeConfig.model_fields) - {"judge_model", "extra_litellm_params"} - set(RUNTIME_OPTIONS)
+    )
     if unknown:
         valid = sorted({*JudgeConfig.model_fields, *RUNTIME_OPTIONS})
         raise TypeError(f"unknown RULER option(s) {sorted(unknown)}; valid ones: {valid}")
@@ -186,7 +193,9 @@ def _map_back(verdicts: dict[str, dict[str, Any]], ids: list[str], same_as: list
     for i, tid in enumerate(ids):
         v = verdicts[ids[same_as[i]]]
         note = "" if same_as[i] == i else f" (identical to {ids[same_as[i]]})"
-        out.append(TrajectoryScore(trajectory_id=tid, explanation=str(v["explanation"]) + note, score=float(v["score"])))
+        out.append(
+            TrajectoryScore(trajectory_id=tid, explanation=str(v["explanation"]) + note, score=float(v["score"]))
+        )
     return out
 
 
@@ -211,8 +220,11 @@ async def ruler(
         scores[0].score, scores[0].explanation
     """
     r = _resolve(judge_model, extra_litellm_params, rubric, config, options)
-    scores = (await judge_trajectories(message_lists, r.config, tools, litellm_params=r.litellm_params,
-                                       cache_root=r.cache_root)).scores  # fmt: skip
+    scores = (
+        await judge_trajectories(
+            message_lists, r.config, tools, litellm_params=r.litellm_params, cache_root=r.cache_root
+        )
+    ).scores
     for s in scores if debug else []:
         print(f"[RULER] {s.trajectory_id}: {s.score:.3f} {s.explanation}")
     return scores
@@ -258,8 +270,9 @@ async def ruler_score_group(
     r = _resolve(judge_model, extra_litellm_params, rubric, config, options)  # config errors always raise
     cfg = r.config
     try:
-        result = await judge_trajectories(group.trajectories, cfg, litellm_params=r.litellm_params,
-                                          cache_root=r.cache_root)  # fmt: skip
+        result = await judge_trajectories(
+            group.trajectories, cfg, litellm_params=r.litellm_params, cache_root=r.cache_root
+        )
     except Exception as exc:
         if not swallow_exceptions:
             raise

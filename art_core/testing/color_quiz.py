@@ -33,10 +33,34 @@ from art_core.trajectories import Trajectory
 # answer is settled by its first token and GRPO has one clear thing to learn: raise those four tokens.
 COLORS = ("red", "blue", "green", "yellow")
 OTHERS = (
-    "otter", "tiger", "horse", "eagle", "camel", "apple", "cheese", "pasta", "onion", "lamp", "chair", "spoon",
-    "table", "clock", "river", "cloud", "stone", "forest", "island", "piano", "violin", "drum", "flute", "paper",
-    "pencil", "window", "rocket",
-)  # fmt: skip
+    "otter",
+    "tiger",
+    "horse",
+    "eagle",
+    "camel",
+    "apple",
+    "cheese",
+    "pasta",
+    "onion",
+    "lamp",
+    "chair",
+    "spoon",
+    "table",
+    "clock",
+    "river",
+    "cloud",
+    "stone",
+    "forest",
+    "island",
+    "piano",
+    "violin",
+    "drum",
+    "flute",
+    "paper",
+    "pencil",
+    "window",
+    "rocket",
+)
 QUESTION = "Which of these words is a color? {options}. Answer with the color only."
 
 
@@ -46,7 +70,9 @@ class ColorQuizOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = Field(0, description="Draws the questions and their split.")
-    choices: int = Field(4, ge=2, le=8, description="Words per question (one color); the untrained model scores 1/choices.")
+    choices: int = Field(
+        4, ge=2, le=8, description="Words per question (one color); the untrained model scores 1/choices."
+    )
     split_sizes: SplitSizes = Field(default_factory=lambda: {"train": 400, "val": 100, "test": 100})
 
 
@@ -65,8 +91,10 @@ class ColorQuizEnv(Environment):
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
-        return [Scenario(id=f"color-quiz-{split}-{i:04d}", split=split, data=q)
-                for i, q in enumerate(split_part(self._questions, split, self.options.split_sizes))]
+        return [
+            Scenario(id=f"color-quiz-{split}-{i:04d}", split=split, data=q)
+            for i, q in enumerate(split_part(self._questions, split, self.options.split_sizes))
+        ]
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Ask the question once; the answer is one of the options (vLLM `choice`), scored 1 if it is the color."""

@@ -28,8 +28,12 @@ import random
 from typing import Any
 
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256),
-    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512),
+    "tiny": dict(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256
+    ),
+    "small": dict(
+        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512
+    ),
 }
 VOCAB_SIZE = 4096
 MAX_POSITIONS = 16384
@@ -74,7 +78,9 @@ def _corpus(seed: int) -> list[str]:
             words.insert(rng.randrange(len(words)), str(rng.randint(0, 99999)))
         lines.append(" ".join(words).capitalize() + rng.choice([".", "?", "!", ":", ","]))
     for _ in range(500):
-        args = {rng.choice(_WORDS): rng.choice([rng.choice(_WORDS), rng.randint(0, 999)]) for _ in range(rng.randint(1, 3))}
+        args = {
+            rng.choice(_WORDS): rng.choice([rng.choice(_WORDS), rng.randint(0, 999)]) for _ in range(rng.randint(1, 3))
+        }
         call = {"name": "_".join(rng.sample(_WORDS, 2)), "arguments": args}
         lines.append(f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
         lines.append(f"<|im_start|>assistant\n{' '.join(rng.sample(_WORDS, 5))}<|im_end|>\n")
@@ -123,8 +129,9 @@ def build_tokenizer(seed: int = 0):
     return fast
 
 
-def build_tiny_model(path: str, size: str = "tiny", seed: int = 0, norm_scale: float = NORM_SCALE,
-                     max_positions: int = MAX_POSITIONS) -> str:
+def build_tiny_model(
+    path: str, size: str = "tiny", seed: int = 0, norm_scale: float = NORM_SCALE, max_positions: int = MAX_POSITIONS
+) -> str:
     """Write a random-weight Qwen2 chat model to `path` and return `path`.
 
     `norm_scale` multiplies the final norm's weight (1.0 gives the plain random init, whose logits a
@@ -184,14 +191,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("path", help="folder to write the model to (created if missing)")
     p.add_argument("--size", default="tiny", choices=sorted(SIZES))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--norm-scale", type=float, default=NORM_SCALE, help="final norm weight (1.0: the plain random init)")
+    p.add_argument(
+        "--norm-scale", type=float, default=NORM_SCALE, help="final norm weight (1.0: the plain random init)"
+    )
     p.add_argument("--max-positions", type=int, default=MAX_POSITIONS, help="context length")
     args = p.parse_args(argv)
-    path = build_tiny_model(args.path, size=args.size, seed=args.seed, norm_scale=args.norm_scale,
-                            max_positions=args.max_positions)  # fmt: skip
+    path = build_tiny_model(
+        args.path, size=args.size, seed=args.seed, norm_scale=args.norm_scale, max_positions=args.max_positions
+    )
     info = model_info(path)
-    print(f"built a {args.size} model ({info['parameters']:,} parameters, vocabulary {info['vocab_size']}, "
-          f"context {args.max_positions}) in {os.path.abspath(path)}")  # fmt: skip
+    print(
+        f"built a {args.size} model ({info['parameters']:,} parameters, vocabulary {info['vocab_size']}, "
+        f"context {args.max_positions}) in {os.path.abspath(path)}"
+    )
 
 
 if __name__ == "__main__":

@@ -81,9 +81,13 @@ def _segment_attention(query, key, value, scaling, segments):
     by_row: dict[int, list] = {}
     for r, s, e in segments:
         out = F.scaled_dot_product_attention(
-            query[r : r + 1, :, s:e], key[r : r + 1, :, s:e], value[r : r + 1, :, s:e],
-            is_causal=True, scale=scaling, enable_gqa=gqa,
-        )  # fmt: skip
+            query[r : r + 1, :, s:e],
+            key[r : r + 1, :, s:e],
+            value[r : r + 1, :, s:e],
+            is_causal=True,
+            scale=scaling,
+            enable_gqa=gqa,
+        )
         by_row.setdefault(r, []).append(out)
     return torch.cat([torch.cat(by_row[r], dim=2) for r in range(query.shape[0])], dim=0)
 
@@ -143,8 +147,9 @@ def attention_kwargs(position_ids: "torch.Tensor", mode: str) -> dict[str, Any]:
         return (doc[b, q] == doc[b, kv]) & (q >= kv)
 
     with torch.no_grad():
-        mask = create_block_mask(same_segment_causal, B=rows, H=None, Q_LEN=length, KV_LEN=length,
-                                 device=position_ids.device)  # fmt: skip
+        mask = create_block_mask(
+            same_segment_causal, B=rows, H=None, Q_LEN=length, KV_LEN=length, device=position_ids.device
+        )
     return {"art_block_mask": mask}
 
 

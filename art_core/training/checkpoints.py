@@ -118,7 +118,9 @@ def prune_checkpoints(storage: Storage, project: str, name: str, best_metric: st
     if scores:
         keep.add(max(scores, key=lambda s: (scores[s], s)))
     else:
-        log.warning("no %r in history.jsonl for any checkpoint of %s/%s: keeping only the latest", best_metric, project, name)
+        log.warning(
+            "no %r in history.jsonl for any checkpoint of %s/%s: keeping only the latest", best_metric, project, name
+        )
     deleted = []
     for step in steps:
         if step in keep:

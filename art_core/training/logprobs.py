@@ -167,7 +167,11 @@ def token_logprobs(
         if _FUNCTION is None:
             _FUNCTION = _make_function()
         # With one chunk, keeping its softmax for backward costs no more than the recompute's buffer would.
-        keep = hidden.shape[0] <= chunk_tokens and torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
+        keep = (
+            hidden.shape[0] <= chunk_tokens
+            and torch.is_grad_enabled()
+            and (hidden.requires_grad or head.weight.requires_grad)
+        )
         return _FUNCTION.apply(hidden, head.weight, head.bias, targets, int(chunk_tokens), with_entropy, keep)
     return _checkpointed_logprobs(hidden, head, targets, with_entropy, int(chunk_tokens))
 

@@ -49,7 +49,9 @@ class PackedBatch:
     position_ids: "torch.Tensor"  # [R, L] restarting at 0 for each segment (and for the padding)
     target_row: "torch.Tensor"  # [N] row of each trained token
     target_pos: "torch.Tensor"  # [N] its position; the hidden state at target_pos - 1 predicts it
-    old_logprobs: "torch.Tensor"  # [N] the sampler's logprobs of those tokens (the policy's with old_logprobs="recompute")
+    old_logprobs: (
+        "torch.Tensor"  # [N] the sampler's logprobs of those tokens (the policy's with old_logprobs="recompute")
+    )
     advantages: "torch.Tensor"  # [N] each token carries its sequence's advantage
     weights: "torch.Tensor"  # [N] aggregation weight of each token (see losses.AGGREGATIONS)
     sequences: list[int]  # indices of the packed sequences
@@ -155,9 +157,11 @@ def batch_logprobs(
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder, head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
     hidden = decoder(
-        input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
+        input_ids=batch.input_ids,
+        position_ids=batch.position_ids,
+        use_cache=False,
         **attention_kwargs(batch.position_ids, attention),
-    ).last_hidden_state  # fmt: skip
+    ).last_hidden_state
     h = hidden[batch.target_row, batch.target_pos - 1]  # [N, d]: the state before each trained token
     targets = batch.input_ids[batch.target_row, batch.target_pos]  # [N]
     return token_logprobs(h, head, targets, with_entropy=with_entropy, chunk_tokens=chunk_tokens)

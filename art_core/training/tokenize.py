@@ -143,7 +143,7 @@ def check_prefix_preserving(
             raise ChatTemplateError(
                 "the chat template is not prefix-preserving: the prompt rendered before assistant turn "
                 f"{k + 1} is not a prefix of the conversation rendered after it (they differ at character {at}: "
-                f"{renders[k][at:at + 40]!r} vs {renders[k + 1][at:at + 40]!r}). The sampler saw the first text, "
+                f"{renders[k][at : at + 40]!r} vs {renders[k + 1][at : at + 40]!r}). The sampler saw the first text, "
                 "training would see the second. Use a template that renders history unchanged (e.g. one that "
                 "keeps earlier reasoning), or set the tokenizer's chat_template to such a template."
             )
@@ -261,8 +261,9 @@ def tokenize_histories(
     for k, part in enumerate(parts):
         if not any(isinstance(m, Choice) for m in part.messages_and_choices) and (out or k < len(parts) - 1):
             continue  # context only; the last part raises below if nothing at all was sampled
-        seq = tokenize_trajectory(part, tokenizer, group_index=group_index, trajectory_index=trajectory_index,
-                                  max_seq_len=max_seq_len)  # fmt: skip
+        seq = tokenize_trajectory(
+            part, tokenizer, group_index=group_index, trajectory_index=trajectory_index, max_seq_len=max_seq_len
+        )
         seq.extra["history"] = k
         out.append(seq)
     return out

@@ -91,7 +91,14 @@ def _load(base_model: str, config: TrainConfig) -> _Loaded:
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    lora_key = (config.lora_rank, config.lora_alpha, config.lora_dropout, tuple(config.lora_target_modules), config.seed, config.dtype)
+    lora_key = (
+        config.lora_rank,
+        config.lora_alpha,
+        config.lora_dropout,
+        tuple(config.lora_target_modules),
+        config.seed,
+        config.dtype,
+    )
     cached = _CACHE.get(base_model)
     if cached is not None and cached.lora_key == lora_key:
         return cached
@@ -169,7 +176,9 @@ def prepare_sequences(
                 dropped += 1
                 continue
             try:
-                seqs.append(tokenize_histories(traj, tokenizer, group_index=gi, trajectory_index=ti, max_seq_len=max_seq_len))
+                seqs.append(
+                    tokenize_histories(traj, tokenizer, group_index=gi, trajectory_index=ti, max_seq_len=max_seq_len)
+                )
             except TrajectoryError as exc:
                 _warn(f"{exc} This trajectory is dropped from the step.")
                 problems.append(str(exc))
@@ -275,11 +284,23 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
     pad_id = state.tokenizer.pad_token_id or 0
     skipped_reasons = counts.pop("skipped_reasons")
 
-    metrics: dict[str, Any] = {**counts, "loss": 0.0, "clip_fraction": 0.0, "kl_to_sampler": 0.0, "entropy": 0.0,
-                               "grad_norm": 0.0, "trainable_tokens": 0, "tokens": 0, "trained_trajectories": len(seqs),
-                               "learning_rate": config.learning_rate, "tokens_per_pass": tokens_per_forward,
-                               "tokens_per_row": tokens_per_row, "passes": 0, "peak_memory_gib": 0.0,
-                               "gradient_checkpointing": int(checkpointing)}
+    metrics: dict[str, Any] = {
+        **counts,
+        "loss": 0.0,
+        "clip_fraction": 0.0,
+        "kl_to_sampler": 0.0,
+        "entropy": 0.0,
+        "grad_norm": 0.0,
+        "trainable_tokens": 0,
+        "tokens": 0,
+        "trained_trajectories": len(seqs),
+        "learning_rate": config.learning_rate,
+        "tokens_per_pass": tokens_per_forward,
+        "tokens_per_row": tokens_per_row,
+        "passes": 0,
+        "peak_memory_gib": 0.0,
+        "gradient_checkpointing": int(checkpointing),
+    }
     if config.beta > 0:
         metrics["kl"] = 0.0
     metrics.update(option_metrics_start(config, seqs))
@@ -289,12 +310,18 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
         log.warning("step %d of %s/%s trains nothing: %s", step, project, name, metrics["nothing_trained_reason"])
     else:
         with packed_attention(model, attention), PeakMemory(device) as peak:
-            _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward,
-                        attention, pad_id)  # fmt: skip
+            _run_passes(
+                model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
+            )
         metrics["peak_memory_gib"] = round(peak.gib, 3)
     metrics["seconds"] = time.time() - started
     path = save_checkpoint(
-        storage, project, name, step + 1, model, optimizer,
+        storage,
+        project,
+        name,
+        step + 1,
+        model,
+        optimizer,
         {"step": step + 1, "base_model": base_model, "config": config.model_dump(), "metrics": metrics},
         tokenizer=state.tokenizer,
     )
@@ -303,8 +330,9 @@ def _train_step(base_model, groups, config, storage, project, name, step) -> Tra
     return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
 
 
-def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention,
-                pad_id) -> None:  # fmt: skip
+def _run_passes(
+    model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
+) -> None:
     """Mini-batches of packed passes: forward, loss, backward per pass, one optimizer step per mini-batch."""
     import torch
 
@@ -321,8 +349,16 @@ def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, t
     entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
     params = [p for p in model.parameters() if p.requires_grad]
     packed = [
-        (pack_sequences(batch, AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]), tokens_per_row,
-                        device, tokens_per_forward, pad_id))
+        (
+            pack_sequences(
+                batch,
+                AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]),
+                tokens_per_row,
+                device,
+                tokens_per_forward,
+                pad_id,
+            )
+        )
         for batch in batches
     ]
     if config.old_logprobs == "recompute":
@@ -340,14 +376,24 @@ def _run_passes(model, optimizer, seqs, config, step, metrics, tokens_per_row, t
             if config.beta > 0:
                 with torch.no_grad(), reference_policy(model, config.kl_ref_adapter_path):
                     ref, _ = batch_logprobs(model, part, attention=attention, chunk_tokens=chunk)
-            new, entropy = batch_logprobs(model, part, with_entropy=config.experimental_compute_entropy,
-                                          attention=attention, chunk_tokens=chunk)  # fmt: skip
+            new, entropy = batch_logprobs(
+                model, part, with_entropy=config.experimental_compute_entropy, attention=attention, chunk_tokens=chunk
+            )
             loss, stats = grpo_loss(
-                config.loss, new, part.old_logprobs, part.advantages, part.weights,
-                epsilon=config.epsilon, epsilon_high=config.clip_high, beta=config.beta, ref_logprobs=ref,
-                seq=part.seq, importance_sampling_level=config.importance_sampling_level,
+                config.loss,
+                new,
+                part.old_logprobs,
+                part.advantages,
+                part.weights,
+                epsilon=config.epsilon,
+                epsilon_high=config.clip_high,
+                beta=config.beta,
+                ref_logprobs=ref,
+                seq=part.seq,
+                importance_sampling_level=config.importance_sampling_level,
                 truncated_importance_sampling=config.truncated_importance_sampling,
-                sampler_logprobs=part.sampler_logprobs, kimi_k2_tau=config.kimi_k2_tau,
+                sampler_logprobs=part.sampler_logprobs,
+                kimi_k2_tau=config.kimi_k2_tau,
             )
             loss.backward()  # passes accumulate: the weights already normalise over the whole mini-batch
             batch_loss += stats.loss

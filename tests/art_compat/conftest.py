@@ -21,8 +21,13 @@ def s3_bucket(monkeypatch):
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                 "AWS_ENDPOINT_URL": endpoint, "BACKUP_BUCKET": "art-backup"}.items():  # fmt: skip
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "BACKUP_BUCKET": "art-backup",
+    }.items():
         monkeypatch.setenv(k, v)
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="art-backup")
     yield "art-backup"
@@ -58,12 +63,22 @@ class RuleJudge:
                     block = re.search(rf'<trajectory id="{tid}">(.*?)</trajectory>', prompt, re.S)
                     text = block.group(1) if block else ""
                     reply[tid] = {"explanation": "rule", "score": (sum(map(ord, text)) % 101) / 100}
-                data = json.dumps({
-                    "id": "chatcmpl-rule", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": json.dumps(reply)}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-                }).encode()  # fmt: skip
+                data = json.dumps(
+                    {
+                        "id": "chatcmpl-rule",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": json.dumps(reply)},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -9,11 +9,16 @@ from art_core.training.tokenize import tokenize_histories
 
 
 def sampled(ids: list[int]) -> Choice:
-    return Choice.model_validate({
-        "index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "x"},
-        "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -1.0, "bytes": None, "top_logprobs": []}
-                                 for i in ids]},
-    })  # fmt: skip
+    return Choice.model_validate(
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "x"},
+            "logprobs": {
+                "content": [{"token": f"token_id:{i}", "logprob": -1.0, "bytes": None, "top_logprobs": []} for i in ids]
+            },
+        }
+    )
 
 
 def test_each_history_is_a_sequence_of_its_own_with_only_its_sampled_tokens_trained(tiny_model_path):
@@ -25,8 +30,15 @@ def test_each_history_is_a_sequence_of_its_own_with_only_its_sampled_tokens_trai
         additional_histories=[
             History(messages_and_choices=[{"role": "user", "content": "sub agent"}, sampled([21, 22])]),
             History(messages_and_choices=[{"role": "user", "content": "context only, nothing sampled"}]),
-            History(messages_and_choices=[{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                                          sampled([31]), {"role": "user", "content": "again"}, sampled([32, 33])]),
+            History(
+                messages_and_choices=[
+                    {"role": "system", "content": "s"},
+                    {"role": "user", "content": "u"},
+                    sampled([31]),
+                    {"role": "user", "content": "again"},
+                    sampled([32, 33]),
+                ]
+            ),
         ],
         reward=0.75,
     )
@@ -48,8 +60,11 @@ def test_the_trainer_trains_every_history_with_its_trajectorys_advantage(tiny_mo
 
     def traj(reward: float, sub: bool) -> Trajectory:
         extra = [History(messages_and_choices=[{"role": "user", "content": "sub"}, sampled([41, 42])])] if sub else []
-        return Trajectory(messages_and_choices=[{"role": "user", "content": "go"}, sampled([11, 12])],
-                          additional_histories=extra, reward=reward)  # fmt: skip
+        return Trajectory(
+            messages_and_choices=[{"role": "user", "content": "go"}, sampled([11, 12])],
+            additional_histories=extra,
+            reward=reward,
+        )
 
     group = TrajectoryGroup([traj(1.0, True), traj(0.0, False)])
     seqs, counts = prepare_sequences([group], tok, TrainConfig(), max_seq_len=4096)

@@ -26,8 +26,9 @@ def test_lora_config_sets_the_trainers_lora_fields_and_unset_fields_keep_default
     assert list(cfg.lora_target_modules) == ["q_proj", "v_proj"] and cfg.max_seq_len == 512
 
     default = art.TrainConfig()
-    only_rank = dev.resolve_train_config(art.TrainableModel(name="m", project="p", base_model="/m",
-                                                            lora_config={"rank": 16}))
+    only_rank = dev.resolve_train_config(
+        art.TrainableModel(name="m", project="p", base_model="/m", lora_config={"rank": 16})
+    )
     assert only_rank.lora_rank == 16
     assert (only_rank.lora_alpha, only_rank.lora_target_modules) == (default.lora_alpha, default.lora_target_modules)
     # A train-time config still wins over the model's, as with _internal_config.
@@ -35,17 +36,24 @@ def test_lora_config_sets_the_trainers_lora_fields_and_unset_fields_keep_default
 
 
 def test_lora_config_with_internal_config_combines_and_a_contradiction_is_refused():
-    internal = art.dev.InternalModelConfig(peft_args=art.dev.PeftArgs(lora_alpha=32),
-                                           trainer_args=art.dev.TrainerArgs(run_name="r1"))
-    model = art.TrainableModel(name="m", project="p", base_model="/m", lora_config=art.LoRAConfig(rank=8),
-                               _internal_config=internal)
+    internal = art.dev.InternalModelConfig(
+        peft_args=art.dev.PeftArgs(lora_alpha=32), trainer_args=art.dev.TrainerArgs(run_name="r1")
+    )
+    model = art.TrainableModel(
+        name="m", project="p", base_model="/m", lora_config=art.LoRAConfig(rank=8), _internal_config=internal
+    )
     cfg = dev.resolve_train_config(model)
     assert (cfg.lora_rank, cfg.lora_alpha, model.run_name) == (8, 32, "r1")
     assert internal["peft_args"] == {"lora_alpha": 32}  # the caller's dict is not modified
 
     with pytest.raises(ValueError, match=r"peft_args\.r=8 .* sets it to 16"):
-        art.TrainableModel(name="m", project="p", base_model="/m", lora_config=art.LoRAConfig(rank=8),
-                           _internal_config={"peft_args": {"r": 16}})
+        art.TrainableModel(
+            name="m",
+            project="p",
+            base_model="/m",
+            lora_config=art.LoRAConfig(rank=8),
+            _internal_config={"peft_args": {"r": 16}},
+        )
 
 
 def test_bad_lora_config_is_refused_naming_the_field():
@@ -62,8 +70,12 @@ def test_bad_lora_config_is_refused_naming_the_field():
 def test_unsloth_only_lora_settings_are_reported():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        art.TrainableModel(name="m", project="p", base_model="/m",
-                           lora_config=art.LoRAConfig(rank=4, use_gradient_checkpointing="unsloth", random_state=7))
+        art.TrainableModel(
+            name="m",
+            project="p",
+            base_model="/m",
+            lora_config=art.LoRAConfig(rank=4, use_gradient_checkpointing="unsloth", random_state=7),
+        )
     text = " ".join(str(w.message) for w in caught)
     assert "use_gradient_checkpointing" in text and "random_state" in text
 

@@ -19,17 +19,40 @@ from art_core.utils import iterate_dataset, limit_concurrency
 
 
 def test_every_name_arts_examples_import_exists():
-    for name in ["Model", "TrainableModel", "Trajectory", "TrajectoryGroup", "History", "TrainConfig", "TrainResult",
-                 "gather_trajectories", "gather_trajectory_groups", "retry", "dev", "utils", "Messages",
-                 "MessagesAndChoices", "Tools", "Backend"]:  # fmt: skip
+    for name in [
+        "Model",
+        "TrainableModel",
+        "Trajectory",
+        "TrajectoryGroup",
+        "History",
+        "TrainConfig",
+        "TrainResult",
+        "gather_trajectories",
+        "gather_trajectory_groups",
+        "retry",
+        "dev",
+        "utils",
+        "Messages",
+        "MessagesAndChoices",
+        "Tools",
+        "Backend",
+    ]:
         assert hasattr(art, name), name
     from art_core.local import LocalBackend
     from art_core.local.backend import LocalBackend as Same
     from art_core.rewards import ruler_score_group  # noqa: F401
 
     assert LocalBackend is Same is art.local.LocalBackend
-    for name in ["InternalModelConfig", "InitArgs", "EngineArgs", "PeftArgs", "TrainerArgs", "TrainConfig",
-                 "OpenAIServerConfig", "ServerArgs"]:  # fmt: skip
+    for name in [
+        "InternalModelConfig",
+        "InitArgs",
+        "EngineArgs",
+        "PeftArgs",
+        "TrainerArgs",
+        "TrainConfig",
+        "OpenAIServerConfig",
+        "ServerArgs",
+    ]:
         assert hasattr(art.dev, name), name
 
 
@@ -106,9 +129,12 @@ def test_dev_configs_map_onto_ours_and_the_rest_is_reported_once():
     assert model.run_name == "first-try"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cfg = dev.resolve_train_config(model, art.TrainConfig(learning_rate=1e-3), {"epsilon": 0.1},
-                                       {"ppo": False, "logprob_calculation_chunk_size": 8, "kimi_k2_tau": 0.1,
-                                        "mask_prob_ratio": True})
+        cfg = dev.resolve_train_config(
+            model,
+            art.TrainConfig(learning_rate=1e-3),
+            {"epsilon": 0.1},
+            {"ppo": False, "logprob_calculation_chunk_size": 8, "kimi_k2_tau": 0.1, "mask_prob_ratio": True},
+        )
         server = dev.server_overrides(model._internal_config)
     assert (cfg.max_seq_len, cfg.lora_rank, cfg.lora_alpha, cfg.max_grad_norm) == (2048, 4, 8, 0.5)
     assert (cfg.learning_rate, cfg.epsilon, cfg.loss, cfg.logit_chunk_tokens) == (1e-3, 0.1, "cispo", 8)

@@ -95,8 +95,13 @@ async def rollout(model: art.Model, scenario: Scenario2048) -> art.Trajectory:
     game = generate_game()
     move_number = 0
     trajectory = art.Trajectory(
-        messages_and_choices=[{"role": "system", "content": "You are an excellent 2048 player. Optional moves are "
-                               "'left', 'right', 'up', 'down'. Return your move as <move>left</move>"}],  # fmt: skip
+        messages_and_choices=[
+            {
+                "role": "system",
+                "content": "You are an excellent 2048 player. Optional moves are "
+                "'left', 'right', 'up', 'down'. Return your move as <move>left</move>",
+            }
+        ],
         metadata={"game_id": game["id"], "notebook-id": "2048", "step": scenario.step},
         reward=0,
     )
@@ -149,15 +154,17 @@ async def test_the_ruler_script_trains_every_step_with_a_gradient_where_rewards_
         groups = await art.gather_trajectory_groups(
             (art.TrajectoryGroup(rollout(model, scenario) for _ in range(4)) for scenario in batch.items),
             pbar_desc=f"train gather step {batch.step}",
-            after_each=lambda group: ruler_score_group(group, judge, debug=True, swallow_exceptions=True,
-                                                       **judge_options),  # fmt: skip
+            after_each=lambda group: ruler_score_group(
+                group, judge, debug=True, swallow_exceptions=True, **judge_options
+            ),
         )
         val_groups = await art.gather_trajectory_groups(
             [art.TrajectoryGroup(rollout(model, Scenario2048(step=batch.step)) for _ in range(2))], pbar_desc="val"
         )
         await model.log(val_groups, split="val")
-        result = await model.train(groups, config=art.TrainConfig(learning_rate=1e-3),
-                                   _config={"logprob_calculation_chunk_size": 8})  # fmt: skip
+        result = await model.train(
+            groups, config=art.TrainConfig(learning_rate=1e-3), _config={"logprob_calculation_chunk_size": 8}
+        )
         await backend._experimental_push_to_s3(model)
         results.append((batch.step, groups, result))
 

@@ -28,7 +28,7 @@ async def call(path: str, payload: dict, chunks: int = 1) -> dict:
 
     raw = json.dumps(payload).encode()
     size = -(-len(raw) // chunks)
-    parts = [raw[i:i + size] for i in range(0, len(raw), size)]
+    parts = [raw[i : i + size] for i in range(0, len(raw), size)]
     messages = [{"type": "http.request", "body": p, "more_body": i < len(parts) - 1} for i, p in enumerate(parts)]
 
     async def receive():
@@ -47,7 +47,9 @@ async def call(path: str, payload: dict, chunks: int = 1) -> dict:
 
 
 async def test_chat_requests_get_logprobs_whether_or_not_they_ask():
-    body = await call("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi" * 500}]}, chunks=3)
+    body = await call(
+        "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi" * 500}]}, chunks=3
+    )
     assert body["logprobs"] is True and body["messages"][0]["content"] == "hi" * 500
     assert (await call("/v1/chat/completions", {"model": "m", "messages": [], "logprobs": False}))["logprobs"] is True
     asked = await call("/v1/chat/completions", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 5})

@@ -34,7 +34,11 @@ pytestmark = pytest.mark.vllm
 
 def generate_game(size: int = 3) -> dict:
     agent = random.choice(["x", "o"])
-    return {"board": [["_"] * size for _ in range(size)], "agent_symbol": agent, "opponent_symbol": "o" if agent == "x" else "x"}
+    return {
+        "board": [["_"] * size for _ in range(size)],
+        "agent_symbol": agent,
+        "opponent_symbol": "o" if agent == "x" else "x",
+    }
 
 
 def render_board(game: dict) -> str:
@@ -82,8 +86,13 @@ class TicTacToeScenario(BaseModel):
 async def rollout(model: art.Model, scenario: TicTacToeScenario) -> art.Trajectory:
     game = generate_game()
     trajectory = art.Trajectory(
-        messages_and_choices=[{"role": "system", "content": "You are a tic-tac-toe player. Return your move as an XML "
-                               f"object like <move>A1</move>. You are the {game['agent_symbol']} symbol."}],  # fmt: skip
+        messages_and_choices=[
+            {
+                "role": "system",
+                "content": "You are a tic-tac-toe player. Return your move as an XML "
+                f"object like <move>A1</move>. You are the {game['agent_symbol']} symbol.",
+            }
+        ],
         metadata={"notebook-id": "tic-tac-toe", "step": scenario.step},
         reward=0,
     )
@@ -136,7 +145,10 @@ async def test_the_notebook_trains_every_step_and_rollouts_follow_the_new_step(v
     for i in range(await model.get_step(), TRAINING_STEPS):
         served_names.append(model.get_inference_name())
         train_groups = await art.gather_trajectory_groups(
-            (art.TrajectoryGroup(rollout(model, TicTacToeScenario(step=i)) for _ in range(ROLLOUTS_PER_STEP)) for _ in range(1)),
+            (
+                art.TrajectoryGroup(rollout(model, TicTacToeScenario(step=i)) for _ in range(ROLLOUTS_PER_STEP))
+                for _ in range(1)
+            ),
             pbar_desc="gather",
         )
         train_result = await backend.train(model, train_groups, learning_rate=LEARNING_RATE)

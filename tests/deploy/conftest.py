@@ -82,8 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _record(self, body=None) -> None:
-        self.api.requests.append({"method": self.command, "path": self.path,
-                                  "auth": self.headers.get("Authorization"), "body": body})
+        self.api.requests.append(
+            {"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -96,8 +97,13 @@ class _Handler(BaseHTTPRequestHandler):
         job_id = f"job-{len(self.api.jobs) + 1}"
         name = f"{ACCOUNT}/{body['model_name']}"
         self.api.jobs[job_id] = {"name": name, "body": body, "polls": 0}
-        self._send(200, {"data": {"job_id": job_id, "model_name": name, "model_id": f"model-{job_id}",
-                                  "model_source": "s3"}, "message": "Processing model weights. Job created."})
+        self._send(
+            200,
+            {
+                "data": {"job_id": job_id, "model_name": name, "model_id": f"model-{job_id}", "model_source": "s3"},
+                "message": "Processing model weights. Job created.",
+            },
+        )
 
     def do_GET(self) -> None:
         self._record()
@@ -110,15 +116,28 @@ class _Handler(BaseHTTPRequestHandler):
             job["status"] = status
             message = self.api.failure if status == "Failed" else f"{status.lower()}"
             now = "2026-11-25T14:00:00Z"
-            return self._send(200, {"type": "model_upload", "job_id": self.path.rsplit("/", 1)[-1], "status": status,
-                                    "status_updates": [{"status": status, "message": message, "timestamp": now}],
-                                    "args": {"modelName": job["name"], "modelSource": job["body"]["model_source"],
-                                             "description": job["body"]["description"]},
-                                    "created_at": now, "updated_at": now})
+            return self._send(
+                200,
+                {
+                    "type": "model_upload",
+                    "job_id": self.path.rsplit("/", 1)[-1],
+                    "status": status,
+                    "status_updates": [{"status": status, "message": message, "timestamp": now}],
+                    "args": {
+                        "modelName": job["name"],
+                        "modelSource": job["body"]["model_source"],
+                        "description": job["body"]["description"],
+                    },
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            )
         if self.path.startswith("/v1/models"):
             listed = [j["name"] for j in self.api.jobs.values() if j.get("status") == "Complete"]
-            models = [{"id": n, "object": "model", "created": 1764079200, "type": "chat"}
-                      for n in ["Qwen/Qwen2.5-72B-Instruct", *listed]]
+            models = [
+                {"id": n, "object": "model", "created": 1764079200, "type": "chat"}
+                for n in ["Qwen/Qwen2.5-72B-Instruct", *listed]
+            ]
             return self._send(200, models)
         self._send(404, {"error": {"message": f"no route {self.path}"}})
 

@@ -31,8 +31,9 @@ def _artifact(key: str) -> str:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        (latest,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])), limit=1,
-                                          sort="CREATED_DESC")
+        (latest,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])), limit=1, sort="CREATED_DESC"
+        )
     return latest.data
 
 
@@ -59,12 +60,18 @@ def test_deploy_flow_from_the_deployments_parameters(prefect_api, moto_s3, tiny_
     monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
     Secret(value=KEY).save("together-deploy-test", overwrite=True)
     together_api.script = ["Complete"]  # ready at the first poll: the flow polls every 15 s (test_together polls)
-    params.update(deploy_to="together", served_base_model="Qwen/Qwen2.5-72B-Instruct",
-                  api_key_block="together-deploy-test")
+    params.update(
+        deploy_to="together", served_base_model="Qwen/Qwen2.5-72B-Instruct", api_key_block="together-deploy-test"
+    )
     summary = deploy_flow(DeployConfig.model_validate(params))
     name = f"{ACCOUNT}/flowproj-agent-001-1"
     assert (summary.target, summary.step, summary.endpoint, summary.model_name, summary.status) == (
-        "together", 1, together_api.url, name, "ready")
+        "together",
+        1,
+        together_api.url,
+        name,
+        "ready",
+    )
     assert {r["auth"] for r in together_api.requests} == {f"Bearer {KEY}"}
     assert together_api.requests[0]["body"]["base_model"] == "Qwen/Qwen2.5-72B-Instruct"
     note = _artifact(artifact_key("flowproj", "agent-001", "deploy"))

@@ -72,8 +72,13 @@ def _artifact_records(run_file: str):
 
 async def test_wandb_offline_artifact_holds_the_adapter_and_its_metadata(stored, tmp_path, monkeypatch):
     storage, ref = stored
-    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wb"), "WANDB_ENTITY": "team",
-                       "WANDB_DATA_DIR": str(tmp_path / "wbdata"), "WANDB_SILENT": "true"}.items():
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path / "wb"),
+        "WANDB_ENTITY": "team",
+        "WANDB_DATA_DIR": str(tmp_path / "wbdata"),
+        "WANDB_SILENT": "true",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     os.makedirs(tmp_path / "wb")
@@ -86,8 +91,13 @@ async def test_wandb_offline_artifact_holds_the_adapter_and_its_metadata(stored,
     assert (artifact.name, artifact.type, sorted(artifact.aliases)) == ("agent", "lora", ["latest", "step1"])
     import json
 
-    assert json.loads(artifact.metadata) == {"wandb.base_model": "Qwen/Qwen2.5-14B-Instruct", "project": "proj",
-                                             "model": "agent", "step": 1, "export_uri": d.export_uri}
+    assert json.loads(artifact.metadata) == {
+        "wandb.base_model": "Qwen/Qwen2.5-14B-Instruct",
+        "project": "proj",
+        "model": "agent",
+        "step": 1,
+        "export_uri": d.export_uri,
+    }
     entries = {e.path: e for e in artifact.manifest.contents}
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(entries)
     assert not any(p.startswith("optimizer") for p in entries), "trainer state must not ship with the adapter"

@@ -23,15 +23,22 @@ from tests.deploy.conftest import write_checkpoint
 
 pytestmark = pytest.mark.vllm
 
-PROMPTS = [[{"role": "user", "content": "Where is my order 1234?"}],
-           [{"role": "system", "content": "You answer with one color."}, {"role": "user", "content": "Sky?"}]]
+PROMPTS = [
+    [{"role": "user", "content": "Where is my order 1234?"}],
+    [{"role": "system", "content": "You answer with one color."}, {"role": "user", "content": "Sky?"}],
+]
 LOGPROB_TOLERANCE = 0.1  # nats, per sampled token
 
 
 async def _greedy(client, model: str, messages) -> tuple[list[int], list[float]]:
     r = await client.chat.completions.create(
-        model=model, messages=messages, temperature=0, max_tokens=12, logprobs=True,
-        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+        model=model,
+        messages=messages,
+        temperature=0,
+        max_tokens=12,
+        logprobs=True,
+        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True},
+    )
     content = r.choices[0].logprobs.content
     return [int(t.token.removeprefix("token_id:")) for t in content], [t.logprob for t in content]
 
@@ -52,8 +59,11 @@ async def test_merged_export_answers_like_base_plus_adapter(vllm_endpoint, tiny_
     served = await deploy_model("vllm", ref, 1, inference_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key)
     assert (served.status, served.model_name, served.endpoint) == ("serving", "merge-agent@1", vllm_endpoint.base_url)
     session = Endpoint(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key, base_name=vllm_endpoint.model)
-    merged = VLLMServer(ServerConfig(model=d.uri, served_model_name="merged", enable_lora=False,
-                                     log_path=str(tmp_path / "merged-server.log")))
+    merged = VLLMServer(
+        ServerConfig(
+            model=d.uri, served_model_name="merged", enable_lora=False, log_path=str(tmp_path / "merged-server.log")
+        )
+    )
     merged.start()
     try:
         ours = Endpoint.of(merged)

@@ -38,10 +38,16 @@ pytestmark = pytest.mark.skipif(
     not SKY.exists(), reason="no .venv-sky with SkyPilot: `make sky` builds it (`make test` does it first)"
 )
 
-REQUIRED_ENVS = {"ART_STORAGE_ROOT": "s3://art-bucket/runs", "PREFECT_API_URL": "https://prefect.example.com/api",
-                 "ART_BASE_MODEL": "Qwen/Qwen2.5-7B-Instruct"}  # fmt: skip
-REQUIRED_SECRETS = {"AWS_ACCESS_KEY_ID": "AKIA-test", "AWS_SECRET_ACCESS_KEY": "aws-secret-value-123",
-                    "ART_INFERENCE_API_KEY": "replica-key-456"}  # fmt: skip
+REQUIRED_ENVS = {
+    "ART_STORAGE_ROOT": "s3://art-bucket/runs",
+    "PREFECT_API_URL": "https://prefect.example.com/api",
+    "ART_BASE_MODEL": "Qwen/Qwen2.5-7B-Instruct",
+}
+REQUIRED_SECRETS = {
+    "AWS_ACCESS_KEY_ID": "AKIA-test",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-value-123",
+    "ART_INFERENCE_API_KEY": "replica-key-456",
+}
 
 # Runs in .venv-sky: loads the task file the way `sky launch` does for each case, and reports what it got.
 LOADER = r"""
@@ -80,8 +86,15 @@ print(json.dumps(out))
 def sky_env(tmp_path: Path, api_port: int | None = None, **extra: str) -> dict[str, str]:
     """An environment for SkyPilot and the script: its state under tmp_path, no usage reports, no settings of ours."""
     env = {k: v for k, v in os.environ.items() if k not in {**REQUIRED_ENVS, **REQUIRED_SECRETS}}
-    for key in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "PREFECT_API_KEY", "PREFECT_API_AUTH_STRING", "HF_TOKEN",
-                "WANDB_API_KEY", "SKY"):
+    for key in (
+        "AWS_ENDPOINT_URL",
+        "AWS_DEFAULT_REGION",
+        "PREFECT_API_KEY",
+        "PREFECT_API_AUTH_STRING",
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "SKY",
+    ):
         env.pop(key, None)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
@@ -94,8 +107,14 @@ def sky_env(tmp_path: Path, api_port: int | None = None, **extra: str) -> dict[s
 
 def load_task(tmp_path: Path, cases: list[dict]) -> list[dict]:
     """SkyPilot's loader on the task file, once per case ({"envs": {...}, "secrets": {...}}), from the repo root."""
-    proc = subprocess.run([str(SKY_PY), "-c", LOADER, str(TASK), json.dumps(cases)], cwd=ROOT,
-                          env=sky_env(tmp_path), capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [str(SKY_PY), "-c", LOADER, str(TASK), json.dumps(cases)],
+        cwd=ROOT,
+        env=sky_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -111,8 +130,9 @@ def full(tmp_path_factory) -> dict:
 def test_task_asks_for_a_gpu_opens_the_replica_port_and_installs_the_project(full):
     accelerators = [r["accelerators"] for r in full["resources"]]
     assert {"H100": 1} in accelerators and all(a and sum(a.values()) >= 1 for a in accelerators)
-    replica = re.search(r"python -m art_core\.replica --base-model \"\$ART_BASE_MODEL\" --host 0\.0\.0\.0 --port (\d+)",
-                        full["run"])  # fmt: skip
+    replica = re.search(
+        r"python -m art_core\.replica --base-model \"\$ART_BASE_MODEL\" --host 0\.0\.0\.0 --port (\d+)", full["run"]
+    )
     assert replica, full["run"]
     assert all(r["ports"] == [replica.group(1)] for r in full["resources"]), "the replica's port must be opened"
     assert all(r["disk_size"] >= 100 for r in full["resources"])
@@ -155,8 +175,10 @@ def test_storage_and_keys_reach_the_node_as_given(full):
 
 
 def test_launch_refuses_a_missing_required_value(tmp_path):
-    cases = [{"envs": {k: v for k, v in REQUIRED_ENVS.items() if k != missing}, "secrets": REQUIRED_SECRETS}
-             for missing in REQUIRED_ENVS]  # fmt: skip
+    cases = [
+        {"envs": {k: v for k, v in REQUIRED_ENVS.items() if k != missing}, "secrets": REQUIRED_SECRETS}
+        for missing in REQUIRED_ENVS
+    ]
     cases.append({"envs": REQUIRED_ENVS, "secrets": {}})
     *env_cases, no_secrets = load_task(tmp_path, cases)
     for missing, got in zip(REQUIRED_ENVS, env_cases):
@@ -176,8 +198,9 @@ def closed_port():
 
 def run_script(tmp_path: Path, *args: str, trace: bool = False, api_port: int | None = None, **env: str):
     cmd = ["bash", "-x", str(SCRIPT), *args] if trace else [str(SCRIPT), *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=sky_env(tmp_path, api_port, **env), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=sky_env(tmp_path, api_port, **env), capture_output=True, text=True, timeout=300
+    )
 
 
 GOOD = {**REQUIRED_ENVS, **REQUIRED_SECRETS}
@@ -233,17 +256,47 @@ def test_dry_run_command_passes_skypilots_cli(tmp_path, closed_port):
     """--dry-run runs `sky launch --dryrun` with the script's flags. SkyPilot's CLI parses them and loads the task
     with the given envs and secrets before it contacts its API server; none answers here (see the module
     docstring), so the run stops there, after everything client-side has passed."""
-    args = ["--base-model", "Qwen/Qwen2.5-7B-Instruct", "--name", "art-gpu-test", "--gpus", "A100:1",
-            "--infra", "aws", "--use-spot", "--max-hours", "2", "--replica-args", "--max-lora-rank 32",
-            "--dry-run", "-y"]  # fmt: skip
+    args = [
+        "--base-model",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--name",
+        "art-gpu-test",
+        "--gpus",
+        "A100:1",
+        "--infra",
+        "aws",
+        "--use-spot",
+        "--max-hours",
+        "2",
+        "--replica-args",
+        "--max-lora-rank 32",
+        "--dry-run",
+        "-y",
+    ]
     env = {k: v for k, v in GOOD.items() if k != "ART_BASE_MODEL"}
-    proc = run_script(tmp_path, *args, trace=True, api_port=closed_port, HF_TOKEN="hf-token-789",
-                      AWS_ENDPOINT_URL="https://minio.example.com", **env)  # fmt: skip
+    proc = run_script(
+        tmp_path,
+        *args,
+        trace=True,
+        api_port=closed_port,
+        HF_TOKEN="hf-token-789",
+        AWS_ENDPOINT_URL="https://minio.example.com",
+        **env,
+    )
     out = proc.stdout + proc.stderr
     (launch,) = [line for line in proc.stderr.splitlines() if line.startswith("+ ") and f"{SKY} launch" in line]
-    for flag in ["launch -c art-gpu-test deployments/gpu-node.sky.yaml -d", "--gpus A100:1", "--infra aws",
-                 "--use-spot", "-i 120 --wait-for none --down", "--dryrun", "-y", "--env AWS_ENDPOINT_URL",
-                 "--secret HF_TOKEN", "--secret ART_INFERENCE_API_KEY"]:  # fmt: skip
+    for flag in [
+        "launch -c art-gpu-test deployments/gpu-node.sky.yaml -d",
+        "--gpus A100:1",
+        "--infra aws",
+        "--use-spot",
+        "-i 120 --wait-for none --down",
+        "--dryrun",
+        "-y",
+        "--env AWS_ENDPOINT_URL",
+        "--secret HF_TOKEN",
+        "--secret ART_INFERENCE_API_KEY",
+    ]:
         assert flag in launch, (flag, launch)
     for secret in [*REQUIRED_SECRETS.values(), "hf-token-789"]:
         assert secret not in launch  # names only: SkyPilot reads the values from the environment

@@ -39,20 +39,41 @@ def _no_key_anywhere(storage: Storage, *texts: str) -> None:
 
 async def test_upload_is_polled_until_ready_and_the_model_listed(stored, together_api):
     storage, ref = stored
-    d = await deploy_model(deploy_to="together", model=ref, step=1, wait_for_completion=True, base_model=BASE,
-                           poll_interval_s=0.01)
+    d = await deploy_model(
+        deploy_to="together", model=ref, step=1, wait_for_completion=True, base_model=BASE, poll_interval_s=0.01
+    )
     name = f"{ACCOUNT}/proj-agent-1"
-    assert (d.target, d.status, d.model_name, d.endpoint, d.job_id) == ("together", "ready", name, together_api.url, "job-1")
-    assert _calls(together_api) == [("POST", "/v1/models"), ("GET", "/v1/jobs/job-1"), ("GET", "/v1/jobs/job-1"),
-                                    ("GET", "/v1/jobs/job-1"), ("GET", "/v1/models")]
+    assert (d.target, d.status, d.model_name, d.endpoint, d.job_id) == (
+        "together",
+        "ready",
+        name,
+        together_api.url,
+        "job-1",
+    )
+    assert _calls(together_api) == [
+        ("POST", "/v1/models"),
+        ("GET", "/v1/jobs/job-1"),
+        ("GET", "/v1/jobs/job-1"),
+        ("GET", "/v1/jobs/job-1"),
+        ("GET", "/v1/models"),
+    ]
     upload = together_api.requests[0]["body"]
     source = upload.pop("model_source")
-    assert upload == {"model_name": "proj-agent-1", "model_type": "adapter", "base_model": BASE,
-                      "description": "Deployed from art-pipeline. Project: proj. Model: agent. Step: 1."}
+    assert upload == {
+        "model_name": "proj-agent-1",
+        "model_type": "adapter",
+        "base_model": BASE,
+        "description": "Deployed from art-pipeline. Project: proj. Model: agent. Step: 1.",
+    }
     # A presigned URL to the archive next to the export; Together fetched it and found the adapter at its root.
     url = urllib.parse.urlparse(source)
     assert url.path == "/runs/art/proj/models/agent/exports/0001.tar.gz" and "Signature" in url.query
-    assert together_api.archive_files == ["README.md", "adapter_config.json", "adapter_model.safetensors", "export.json"]
+    assert together_api.archive_files == [
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "export.json",
+    ]
     assert all(r["auth"] == f"Bearer {KEY}" for r in together_api.requests)
     assert d.uri == f"{storage.root}/proj/models/agent/exports/0001.tar.gz" and storage.exists(d.uri)
     _no_key_anywhere(storage, d.model_dump_json())

@@ -64,7 +64,12 @@ class FakeChatServer:
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         queue = self.queues[body.get("model", "")]
         if not queue:
-            return 400, {"error": {"message": f"fake server: no scripted turn left for model {body.get('model')!r}", "type": "invalid_request_error"}}
+            return 400, {
+                "error": {
+                    "message": f"fake server: no scripted turn left for model {body.get('model')!r}",
+                    "type": "invalid_request_error",
+                }
+            }
         turn = queue.popleft()
         self.calls += 1
         message: dict[str, Any] = {"role": "assistant", "content": turn.get("content")}
@@ -74,14 +79,35 @@ class FakeChatServer:
                 for k, (name, args) in enumerate(turn["tool_calls"])
             ]
         text = message["content"] or json.dumps(message.get("tool_calls"))
-        logprobs = {"content": [{"token": f"token_id:{(self.calls * 31 + i) % 4000}", "logprob": -0.5, "bytes": None, "top_logprobs": []} for i in range(max(1, len(text) // 4))]}
+        logprobs = {
+            "content": [
+                {
+                    "token": f"token_id:{(self.calls * 31 + i) % 4000}",
+                    "logprob": -0.5,
+                    "bytes": None,
+                    "top_logprobs": [],
+                }
+                for i in range(max(1, len(text) // 4))
+            ]
+        }
         return 200, {
             "id": f"chatcmpl-{self.calls}",
             "object": "chat.completion",
             "created": 0,
             "model": body["model"],
-            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": "tool_calls" if "tool_calls" in turn else "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": len(logprobs["content"]), "total_tokens": 10 + len(logprobs["content"])},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": logprobs,
+                    "finish_reason": "tool_calls" if "tool_calls" in turn else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 10,
+                "completion_tokens": len(logprobs["content"]),
+                "total_tokens": 10 + len(logprobs["content"]),
+            },
         }
 
     def close(self) -> None:

@@ -51,8 +51,14 @@ def customer_slice(db, task: Task) -> dict:
     reservations = {r: db["reservations"][r] for r in user["reservations"]}
     flights = {s["flight_number"] for r in reservations.values() for s in r["flights"]}
     flights |= {leg["flight_number"] for a in task.actions for leg in a.kwargs.get("flights", [])}
-    part = {"now": db["now"], "counters": db["counters"], "airports": db["airports"],
-            "flights": {n: db["flights"][n] for n in sorted(flights)}, "users": {task.user_id: user}, "reservations": reservations}
+    part = {
+        "now": db["now"],
+        "counters": db["counters"],
+        "airports": db["airports"],
+        "flights": {n: db["flights"][n] for n in sorted(flights)},
+        "users": {task.user_id: user},
+        "reservations": reservations,
+    }
     return json.loads(json.dumps(part))
 
 
@@ -88,7 +94,9 @@ def test_db_is_seeded_fast_and_complete(db):
         legs = r["flights"]
         assert all(a["destination"] == b["origin"] for a, b in zip(legs, legs[1:]) if a["date"] == b["date"])
         fare = sum(s["price"] for s in legs) * len(r["passengers"])
-        extras = BAG_PRICE * r["nonfree_baggages"] + (INSURANCE_PRICE * len(r["passengers"]) if r["insurance"] == "yes" else 0)
+        extras = BAG_PRICE * r["nonfree_baggages"] + (
+            INSURANCE_PRICE * len(r["passengers"]) if r["insurance"] == "yes" else 0
+        )
         assert sum(p["amount"] for p in r["payment_history"]) == fare + extras
 
 
@@ -109,7 +117,12 @@ def test_splits_sizes_ids_and_kinds(tasks):
     assert len({t.id for t in every}) == len(every)
     refusals = [t for t in every if kind(t).startswith("refuse_")]
     assert len(refusals) >= 100 and all(not t.actions and not t.outputs for t in refusals)
-    assert {kind(t) for t in refusals} == {"refuse_change_basic", "refuse_cancel", "refuse_compensation", "refuse_cancel_departed"}
+    assert {kind(t) for t in refusals} == {
+        "refuse_change_basic",
+        "refuse_cancel",
+        "refuse_compensation",
+        "refuse_cancel_departed",
+    }
     assert sum(bool(t.outputs) for t in every) >= 80 and sum(bool(t.outputs and t.actions) for t in every) >= 40
     for s in SPLITS:  # each split asks for every kind of write
         assert {a.name for t in tasks[s] for a in t.actions} == set(AIRLINE.write_tools), s
@@ -123,13 +136,19 @@ def test_gold_actions_score_one_on_every_task(db, tasks):
         initial = customer_slice(db, task)
         final = json.loads(json.dumps(initial))
         act(final, task.actions)
-        assert reward(AIRLINE, initial, final, task, said(task)) == {"reward": 1.0, "r_actions": 1.0, "r_outputs": 1.0}, task.id
+        assert reward(AIRLINE, initial, final, task, said(task)) == {
+            "reward": 1.0,
+            "r_actions": 1.0,
+            "r_outputs": 1.0,
+        }, task.id
         if task.actions:
             assert hash_db(final) != hash_db(initial), f"{task.id}: gold writes changed nothing"
 
 
 def test_gold_actions_on_the_full_database(db, tasks):
-    sample = [t for s in SPLITS for t in tasks[s][:3]] + [next(t for t in all_tasks(tasks) if kind(t) == k) for k in ("book_onestop", "cancel")]
+    sample = [t for s in SPLITS for t in tasks[s][:3]] + [
+        next(t for t in all_tasks(tasks) if kind(t) == k) for k in ("book_onestop", "cancel")
+    ]
     for task in sample:
         final = json.loads(json.dumps(db))
         act(final, task.actions)
@@ -141,7 +160,11 @@ def test_missing_output_scores_zero(db, tasks):
     initial = customer_slice(db, task)
     final = json.loads(json.dumps(initial))
     act(final, task.actions)
-    assert reward(AIRLINE, initial, final, task, ["All done, have a nice flight!"]) == {"reward": 0.0, "r_actions": 1.0, "r_outputs": 0.0}
+    assert reward(AIRLINE, initial, final, task, ["All done, have a nice flight!"]) == {
+        "reward": 0.0,
+        "r_actions": 1.0,
+        "r_outputs": 0.0,
+    }
 
 
 def one_wrong(a: Action, initial: dict) -> Action:
@@ -157,7 +180,11 @@ def one_wrong(a: Action, initial: dict) -> Action:
         kw["cabin"] = next(c for c in CABINS if c != kw["cabin"])
     elif a.name == "cancel_reservation":  # another of the customer's reservations, else a stray certificate
         res = initial["reservations"][kw["reservation_id"]]
-        others = [r for r in initial["users"][res["user_id"]]["reservations"] if r != kw["reservation_id"] and initial["reservations"][r]["status"] == "active"]
+        others = [
+            r
+            for r in initial["users"][res["user_id"]]["reservations"]
+            if r != kw["reservation_id"] and initial["reservations"][r]["status"] == "active"
+        ]
         if others:
             return Action(name=a.name, kwargs={"reservation_id": others[0]})
         return Action(name="send_certificate", kwargs={"user_id": res["user_id"], "amount": 100})
@@ -185,7 +212,9 @@ def test_refusal_tasks_any_write_scores_zero(db, tasks):
     refusals = [t for t in all_tasks(tasks) if kind(t).startswith("refuse_")]
     for task in refusals:
         initial = customer_slice(db, task)
-        assert reward(AIRLINE, initial, json.loads(json.dumps(initial)), task, [])["reward"] == 1.0  # declining is right
+        assert (
+            reward(AIRLINE, initial, json.loads(json.dumps(initial)), task, [])["reward"] == 1.0
+        )  # declining is right
         rid = task.known_info["reservation_id"]
         # what the customer asks for: the tools do it (they check data, not policy), and the reward says 0
         asked = Action(name="cancel_reservation", kwargs={"reservation_id": rid})
@@ -193,9 +222,20 @@ def test_refusal_tasks_any_write_scores_zero(db, tasks):
             asked = Action(name="send_certificate", kwargs={"user_id": task.user_id, "amount": 50})
         elif kind(task) == "refuse_change_basic":
             legs = initial["reservations"][rid]["flights"]
-            moved = [{"flight_number": s["flight_number"], "date": task.known_info["new_date"] if s["date"] == legs[-1]["date"] else s["date"]} for s in legs]
-            card = next(m for m, v in initial["users"][task.user_id]["payment_methods"].items() if v["source"] == "credit_card")
-            asked = Action(name="update_reservation_flights", kwargs={"reservation_id": rid, "cabin": "basic_economy", "flights": moved, "payment_id": card})
+            moved = [
+                {
+                    "flight_number": s["flight_number"],
+                    "date": task.known_info["new_date"] if s["date"] == legs[-1]["date"] else s["date"],
+                }
+                for s in legs
+            ]
+            card = next(
+                m for m, v in initial["users"][task.user_id]["payment_methods"].items() if v["source"] == "credit_card"
+            )
+            asked = Action(
+                name="update_reservation_flights",
+                kwargs={"reservation_id": rid, "cabin": "basic_economy", "flights": moved, "payment_id": card},
+            )
         final = json.loads(json.dumps(initial))
         if call_tool(AIRLINE, final, asked.name, asked.kwargs).startswith("Error"):  # e.g. the new date is sold out
             act(final, [Action(name="cancel_reservation", kwargs={"reservation_id": rid})])
@@ -206,7 +246,11 @@ BAD_VALUES = [None, 7, 3.5, True, [], {}, ["x"], {"a": 1}, "", "nonexistent", "2
 
 
 def test_every_tool_returns_an_error_for_bad_arguments_and_changes_nothing(db, tasks):
-    task = next(t for t in all_tasks(tasks) if kind(t) == "add_bags" and db["reservations"][t.known_info["reservation_id"]]["total_baggages"])
+    task = next(
+        t
+        for t in all_tasks(tasks)
+        if kind(t) == "add_bags" and db["reservations"][t.known_info["reservation_id"]]["total_baggages"]
+    )
     base = customer_slice(db, task)
     before = hash_db(base)
     for name, fn in AIRLINE.tools.items():
@@ -216,7 +260,9 @@ def test_every_tool_returns_an_error_for_bad_arguments_and_changes_nothing(db, t
         for kwargs in cases:
             result = call_tool(AIRLINE, base, name, kwargs)
             assert isinstance(result, str)
-            free_text = name == "transfer_to_human_agents" and isinstance(kwargs.get("summary"), str) and kwargs["summary"]
+            free_text = (
+                name == "transfer_to_human_agents" and isinstance(kwargs.get("summary"), str) and kwargs["summary"]
+            )
             if params and kwargs != {p: "x" for p in params} and not free_text:
                 assert result.startswith("Error"), (name, kwargs, result[:200])
     # well-formed calls that the data refuses, each with a message that says what is wrong
@@ -224,9 +270,15 @@ def test_every_tool_returns_an_error_for_bad_arguments_and_changes_nothing(db, t
     res = base["reservations"][rid]
     card = next(m for m, v in base["users"][task.user_id]["payment_methods"].items() if v["source"] == "credit_card")
     refused = {
-        "only be added": ("update_reservation_baggages", {"reservation_id": rid, "total_baggages": 0, "nonfree_baggages": 0, "payment_id": card}),
+        "only be added": (
+            "update_reservation_baggages",
+            {"reservation_id": rid, "total_baggages": 0, "nonfree_baggages": 0, "payment_id": card},
+        ),
         "exactly": ("update_reservation_passengers", {"reservation_id": rid, "passengers": res["passengers"] * 2}),
-        "not in the profile": ("update_reservation_flights", {"reservation_id": rid, "cabin": res["cabin"], "flights": res["flights"], "payment_id": "gift_card_0"}),
+        "not in the profile": (
+            "update_reservation_flights",
+            {"reservation_id": rid, "cabin": res["cabin"], "flights": res["flights"], "payment_id": "gift_card_0"},
+        ),
         "June 2025": ("search_direct_flight", {"origin": "ATL", "destination": "BOS", "date": "tomorrow"}),
         "unknown airport": ("search_onestop_flight", {"origin": "XXX", "destination": "BOS", "date": MONTH[20]}),
     }
@@ -240,27 +292,63 @@ def test_every_tool_returns_an_error_for_bad_arguments_and_changes_nothing(db, t
 def test_write_tools_move_money_seats_and_ids(db):
     state = json.loads(json.dumps(db))
     tools = AIRLINE.tools
-    user = next(u for u in state["users"].values() if any(m["source"] == "gift_card" and m["amount"] >= 300 for m in u["payment_methods"].values()))
+    user = next(
+        u
+        for u in state["users"].values()
+        if any(m["source"] == "gift_card" and m["amount"] >= 300 for m in u["payment_methods"].values())
+    )
     gift = next(m for m, v in user["payment_methods"].items() if v["source"] == "gift_card" and v["amount"] >= 300)
-    offers = [o for a in ("ATL", "BOS", "DEN", "DFW") for b in state["airports"] for d in MONTH[20:24] if a != b
-              for o in tools["search_direct_flight"](state, a, b, d) if o["available_seats"]["basic_economy"] >= 2]
+    offers = [
+        o
+        for a in ("ATL", "BOS", "DEN", "DFW")
+        for b in state["airports"]
+        for d in MONTH[20:24]
+        if a != b
+        for o in tools["search_direct_flight"](state, a, b, d)
+        if o["available_seats"]["basic_economy"] >= 2
+    ]
     offer = min(offers, key=lambda o: o["prices"]["basic_economy"])
-    price, seats, balance = offer["prices"]["basic_economy"], offer["available_seats"]["basic_economy"], user["payment_methods"][gift]["amount"]
+    price, seats, balance = (
+        offer["prices"]["basic_economy"],
+        offer["available_seats"]["basic_economy"],
+        user["payment_methods"][gift]["amount"],
+    )
     me = dict(user["name"], dob=user["dob"])
-    booking = dict(user_id=user["user_id"], origin=offer["origin"], destination=offer["destination"], flight_type="one_way",
-                   cabin="basic_economy", flights=[{"flight_number": offer["flight_number"], "date": offer["date"]}], passengers=[me],
-                   payment_methods=[{"payment_id": gift, "amount": price + INSURANCE_PRICE}], total_baggages=0, nonfree_baggages=0, insurance="yes")
+    booking = dict(
+        user_id=user["user_id"],
+        origin=offer["origin"],
+        destination=offer["destination"],
+        flight_type="one_way",
+        cabin="basic_economy",
+        flights=[{"flight_number": offer["flight_number"], "date": offer["date"]}],
+        passengers=[me],
+        payment_methods=[{"payment_id": gift, "amount": price + INSURANCE_PRICE}],
+        total_baggages=0,
+        nonfree_baggages=0,
+        insurance="yes",
+    )
     first = tools["book_reservation"](state, **json.loads(json.dumps(booking)))
     second = tools["book_reservation"](state, **json.loads(json.dumps(booking)))
     assert (first["reservation_id"], second["reservation_id"]) == ("Z00001", "Z00002")  # deterministic new ids
     assert first["created_at"] == state["now"] and first["reservation_id"] in user["reservations"]
     entry = state["flights"][offer["flight_number"]]["dates"][offer["date"]]
-    assert entry["seats"][0] == seats - 2 and user["payment_methods"][gift]["amount"] == balance - 2 * (price + INSURANCE_PRICE)
+    assert entry["seats"][0] == seats - 2 and user["payment_methods"][gift]["amount"] == balance - 2 * (
+        price + INSURANCE_PRICE
+    )
     # cancelling gives the gift card its money back at once and frees the seat
     tools["cancel_reservation"](state, reservation_id="Z00002")
-    assert state["reservations"]["Z00002"]["payment_history"][-1] == {"payment_id": gift, "amount": -(price + INSURANCE_PRICE)}
-    assert user["payment_methods"][gift]["amount"] == balance - (price + INSURANCE_PRICE) and entry["seats"][0] == seats - 1
-    assert call_tool(AIRLINE, state, "cancel_reservation", {"reservation_id": "Z00002"}) == "Error: reservation Z00002 is already cancelled"
+    assert state["reservations"]["Z00002"]["payment_history"][-1] == {
+        "payment_id": gift,
+        "amount": -(price + INSURANCE_PRICE),
+    }
+    assert (
+        user["payment_methods"][gift]["amount"] == balance - (price + INSURANCE_PRICE)
+        and entry["seats"][0] == seats - 1
+    )
+    assert (
+        call_tool(AIRLINE, state, "cancel_reservation", {"reservation_id": "Z00002"})
+        == "Error: reservation Z00002 is already cancelled"
+    )
     # payments that do not add up are refused, and nothing changes
     before = hash_db(state)
     wrong = dict(booking, payment_methods=[{"payment_id": gift, "amount": price}])
@@ -275,7 +363,9 @@ def test_schemas_describe_exactly_the_tools_and_policy_states_the_prices():
     assert set(by_name) == set(AIRLINE.tools)
     for name, fn in AIRLINE.tools.items():
         params = [p for p in inspect.signature(fn).parameters if p != "db"]
-        assert by_name[name]["parameters"]["required"] == params and set(by_name[name]["parameters"]["properties"]) == set(params)
+        assert by_name[name]["parameters"]["required"] == params and set(
+            by_name[name]["parameters"]["properties"]
+        ) == set(params)
     assert AIRLINE.write_tools < set(AIRLINE.tools) and "transfer_to_human_agents" in AIRLINE.terminal_tools
     assert f"${INSURANCE_PRICE} per passenger" in AIRLINE.policy and f"${BAG_PRICE}" in AIRLINE.policy
 
@@ -296,7 +386,11 @@ def compact(domain):
         s["function"].pop("description", None)
         for p in s["function"]["parameters"]["properties"].values():
             p.pop("description", None)
-    return dataclasses.replace(domain, policy="You are the airline's agent: identify the customer, confirm before changes.", tool_schemas=schemas)
+    return dataclasses.replace(
+        domain,
+        policy="You are the airline's agent: identify the customer, confirm before changes.",
+        tool_schemas=schemas,
+    )
 
 
 @pytest.mark.vllm
@@ -338,13 +432,19 @@ async def test_episodes_with_the_scripted_user_score_a_right_agent_one_and_a_rul
         fake_chat_server.script(k, gold_agent_turns(task))
         scenario = next(s for s in env.scenarios(task.id.split("-")[0]) if s.id == task.id)
         traj = await env.rollout(client, k, scenario, temperature=0.0)
-        assert traj.metadata["stop_reason"] == "user_stop" and traj.reward == 1.0, (task.id, traj.metrics, traj.messages()[-3:])
+        assert traj.metadata["stop_reason"] == "user_stop" and traj.reward == 1.0, (
+            task.id,
+            traj.metrics,
+            traj.messages()[-3:],
+        )
         assert traj.metrics["writes"] == len(task.actions) and traj.metrics["tool_errors"] == 0
     # on a refusal task, doing what the customer asks anyway (no confirmation needed to break a rule) scores 0
     task = one_per_kind["refuse_cancel"]
     rid = task.known_info["reservation_id"]
-    fake_chat_server.script("breaker", [tool_call("cancel_reservation", {"reservation_id": rid}), say("Done; I cannot help with anything else.")])
+    fake_chat_server.script(
+        "breaker",
+        [tool_call("cancel_reservation", {"reservation_id": rid}), say("Done; I cannot help with anything else.")],
+    )
     scenario = next(s for s in env.scenarios(task.id.split("-")[0]) if s.id == task.id)
     traj = await env.rollout(client, "breaker", scenario)
     assert traj.metrics["writes"] == 1 and traj.reward == 0.0 and traj.metrics["r_actions"] == 0.0
-

@@ -36,13 +36,36 @@ class FakeChat:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append(body)
                 content = fake.answer(body)
-                tokens = [{"token": f"token_id:{(len(fake.requests) * 7 + i) % 4000}", "logprob": -1.0, "bytes": None, "top_logprobs": []}
-                          for i in range(max(1, len(content) // 3))]
-                data = json.dumps({
-                    "id": f"fake-{len(fake.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": {"content": tokens}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": len(tokens), "total_tokens": 1 + len(tokens)},
-                }).encode()
+                tokens = [
+                    {
+                        "token": f"token_id:{(len(fake.requests) * 7 + i) % 4000}",
+                        "logprob": -1.0,
+                        "bytes": None,
+                        "top_logprobs": [],
+                    }
+                    for i in range(max(1, len(content) // 3))
+                ]
+                data = json.dumps(
+                    {
+                        "id": f"fake-{len(fake.requests)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": content},
+                                "logprobs": {"content": tokens},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": 1,
+                            "completion_tokens": len(tokens),
+                            "total_tokens": 1 + len(tokens),
+                        },
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -55,7 +78,9 @@ class FakeChat:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
-        self.client = AsyncOpenAI(base_url=f"http://127.0.0.1:{self.httpd.server_address[1]}/v1", api_key="fake", max_retries=0)
+        self.client = AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{self.httpd.server_address[1]}/v1", api_key="fake", max_retries=0
+        )
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -153,7 +178,9 @@ async def test_2048_constrained_game_is_played_to_the_end_with_choices_kept(fake
     assert traj.reward == g.score_game(traj.metrics["max_tile"], 16) > 0
     first = server.requests[0]
     assert first["logprobs"] is True and first["return_tokens_as_token_ids"] is True and first["temperature"] == 1.0
-    assert first["structured_outputs"]["choice"] == g.legal_moves(g.new_board(random.Random(scenario.data["game_seed"])))
+    assert first["structured_outputs"]["choice"] == g.legal_moves(
+        g.new_board(random.Random(scenario.data["game_seed"]))
+    )
     # the same scenario and the same answers give the same game
     again = await env.rollout(fake_chat(first_allowed).client, "tiny@0", scenario)
     assert again.messages() == traj.messages() and again.reward == traj.reward
@@ -163,8 +190,12 @@ async def test_2048_constrained_game_is_played_to_the_end_with_choices_kept(fake
 async def test_2048_invalid_answers_are_counted_and_end_the_game(fake_chat):
     env = load_environment("2048", max_invalid=3)
     # a game whose first board has a move that changes nothing (both tiles against a wall)
-    scenario, stuck = next((sc, m) for sc in env.scenarios("train") for m in g.MOVES
-                           if m not in g.legal_moves(g.new_board(random.Random(sc.data["game_seed"]))))
+    scenario, stuck = next(
+        (sc, m)
+        for sc in env.scenarios("train")
+        for m in g.MOVES
+        if m not in g.legal_moves(g.new_board(random.Random(sc.data["game_seed"])))
+    )
     answers = iter([stuck, "I'll go sideways", stuck])
     server = fake_chat(lambda body: next(answers))
     traj = await env.rollout(server.client, "tiny@0", scenario)
@@ -200,7 +231,9 @@ def test_tictactoe_rewards_and_openings():
     env = load_environment("tic-tac-toe", seed=1)
     ids = {s: [tuple(sc.data["opening"]) for sc in env.scenarios(s)] for s in SPLITS}
     assert [len(ids[s]) for s in SPLITS] == [386, 100, 100] and len(set().union(*ids.values())) == 586
-    assert ids["test"] != [tuple(sc.data["opening"]) for sc in load_environment("tic-tac-toe", seed=2).scenarios("test")]
+    assert ids["test"] != [
+        tuple(sc.data["opening"]) for sc in load_environment("tic-tac-toe", seed=2).scenarios("test")
+    ]
     with pytest.raises(ValueError, match="only 586"):
         load_environment("tic-tac-toe", split_sizes={"train": 600})
     with pytest.raises(ValueError, match="split_sizes"):
@@ -216,12 +249,18 @@ async def test_tictactoe_constrained_games_end_with_a_result(fake_chat):
     outcomes = set()
     for scenario in env.scenarios("val")[:20]:
         before = len(server.requests)
-        traj = await env.rollout(server.client, "tiny@0", scenario, max_tokens=3, logprobs=True)  # logprobs is always on anyway
+        traj = await env.rollout(
+            server.client, "tiny@0", scenario, max_tokens=3, logprobs=True
+        )  # logprobs is always on anyway
         outcome = traj.metadata["outcome"]
         outcomes.add(outcome)
-        assert outcome in ("win", "draw", "loss") and traj.reward == t.outcome_reward(outcome, traj.metrics["agent_moves"])
+        assert outcome in ("win", "draw", "loss") and traj.reward == t.outcome_reward(
+            outcome, traj.metrics["agent_moves"]
+        )
         assert len(traj.choices()) == traj.metrics["agent_moves"] == len(server.requests) - before
-        assert server.requests[before]["structured_outputs"]["choice"] == [c for c in t.CELLS if c in traj.messages()[1]["content"].split("Free cells: ")[1]]
+        assert server.requests[before]["structured_outputs"]["choice"] == [
+            c for c in t.CELLS if c in traj.messages()[1]["content"].split("Free cells: ")[1]
+        ]
     assert len(outcomes) >= 2  # the fixed opening moves lead to different ends
 
 

@@ -115,16 +115,26 @@ class FakeGenerator:
     @staticmethod
     def reply(body: dict[str, Any], behaviour: str) -> dict[str, Any]:
         n = body["response_format"]["json_schema"]["schema"]["properties"]["scenarios"]["minItems"]
-        items = [{"task": f"Find the user with email user{i}@example.com and summarize their orders.", "difficulty": 1 + i % 5}
-                 for i in range(n)]
+        items = [
+            {
+                "task": f"Find the user with email user{i}@example.com and summarize their orders.",
+                "difficulty": 1 + i % 5,
+            }
+            for i in range(n)
+        ]
         if behaviour == "bad_difficulty":
             items[0]["difficulty"] = 9
         if behaviour == "too_few":
             items = items[:1]
         content = "Sure! Here are some tasks." if behaviour == "not_json" else json.dumps({"scenarios": items})
-        return {"id": "gen", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 2000, "completion_tokens": 500, "total_tokens": 2500}}
+        return {
+            "id": "gen",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 2000, "completion_tokens": 500, "total_tokens": 2500},
+        }
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -142,7 +152,11 @@ def generator(monkeypatch):
 def test_a_server_that_fails_to_start_is_named_with_its_exit_code_and_stderr(toy, monkeypatch):
     with pytest.raises(McpServerError, match="failed to start") as e:
         load_environment("mcp", **{**toy, "env": {"TOY_MODE": "exit"}})
-    assert toy["command"][1] in str(e.value) and "code 3" in str(e.value) and "missing configuration TOY_DB" in str(e.value)
+    assert (
+        toy["command"][1] in str(e.value)
+        and "code 3" in str(e.value)
+        and "missing configuration TOY_DB" in str(e.value)
+    )
     with pytest.raises(McpServerError, match="no-such-mcp-server.*check the command"):
         load_environment("mcp", **{**toy, "command": ["no-such-mcp-server"]})
     with pytest.raises(ValueError, match="exactly one"):
@@ -153,28 +167,53 @@ def test_a_server_that_fails_to_start_is_named_with_its_exit_code_and_stderr(toy
     "tool, refusal",
     [
         ({"name": "files.read", "inputSchema": {"type": "object"}}, "MCP tool 'files.read': OpenAI tool names match"),
-        ({"name": "pick", "inputSchema": {"type": "object", "oneOf": [{"properties": {"a": {"type": "string"}}}]}},
-         "MCP tool 'pick': .*'oneOf' at the root"),
-        ({"name": "fetch", "inputSchema": {"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}}},
-         "MCP tool 'fetch': .*refers to 'https://example.com/x.json' outside itself"),
+        (
+            {"name": "pick", "inputSchema": {"type": "object", "oneOf": [{"properties": {"a": {"type": "string"}}}]}},
+            "MCP tool 'pick': .*'oneOf' at the root",
+        ),
+        (
+            {
+                "name": "fetch",
+                "inputSchema": {"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}},
+            },
+            "MCP tool 'fetch': .*refers to 'https://example.com/x.json' outside itself",
+        ),
     ],
 )
 def test_a_schema_openai_cannot_express_is_refused_at_start_up_naming_the_tool(toy, tool, refusal):
-    ok = {"name": "lookup", "description": "Looks up.", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    ok = {
+        "name": "lookup",
+        "description": "Looks up.",
+        "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
     with pytest.raises(InexpressibleToolError, match=refusal):
         load_environment("mcp", **{**toy, "env": {"TOY_MODE": "bad_schema", "TOY_TOOLS": json.dumps([ok, tool])}})
-    env = load_environment("mcp", **{**toy, "env": {"TOY_MODE": "bad_schema", "TOY_TOOLS": json.dumps([ok, tool])}},
-                           hidden_tools=[tool["name"]])  # the way out the message names
+    env = load_environment(
+        "mcp",
+        **{**toy, "env": {"TOY_MODE": "bad_schema", "TOY_TOOLS": json.dumps([ok, tool])}},
+        hidden_tools=[tool["name"]],
+    )  # the way out the message names
     assert [t["function"]["name"] for t in env.tools()] == ["lookup"]
 
 
 async def test_tool_errors_and_timeouts_become_error_tool_messages(toy, fake_chat_server):
     f = fake_chat_server
     env = load_environment("mcp", **toy)
-    f.script("agent", [f.tool_call("fail", {"reason": "no stock"}), f.tool_call("slow", {"seconds": 30}),
-                       f.tool_call("add_note", "{not json"), f.tool_call("nope", {}), f.tool_call("add_note", {"text": "hi"}),
-                       f.tool_call("read_resource", {"uri": "toy://policy"}), f.say("Noted.")])
-    traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("train")[0], max_tokens=64)
+    f.script(
+        "agent",
+        [
+            f.tool_call("fail", {"reason": "no stock"}),
+            f.tool_call("slow", {"seconds": 30}),
+            f.tool_call("add_note", "{not json"),
+            f.tool_call("nope", {}),
+            f.tool_call("add_note", {"text": "hi"}),
+            f.tool_call("read_resource", {"uri": "toy://policy"}),
+            f.say("Noted."),
+        ],
+    )
+    traj = await env.rollout(
+        AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("train")[0], max_tokens=64
+    )
     results = [m["content"] for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "tool"]
     assert results[0].startswith("Error:") and "refused: no stock" in results[0]
     assert results[1] == "Error: tool slow timed out after 2 s"
@@ -183,12 +222,17 @@ async def test_tool_errors_and_timeouts_become_error_tool_messages(toy, fake_cha
     assert results[4] == "1 notes"  # the server lived on after the timeout and the failures
     assert results[5] == "Notes are kept in order."  # a resource, read through the read_resource tool
     resource_tool = next(t["function"] for t in env.tools() if t["function"]["name"] == "read_resource")
-    assert resource_tool["parameters"]["properties"]["uri"]["enum"] == ["toy://policy"] and "How notes are kept." in resource_tool["description"]
+    assert (
+        resource_tool["parameters"]["properties"]["uri"]["enum"] == ["toy://policy"]
+        and "How notes are kept." in resource_tool["description"]
+    )
     assert traj.metrics["tool_calls"] == 6 and traj.metrics["tool_errors"] == 4 and traj.reward == pytest.approx(2 / 6)
     assert traj.metadata["stop_reason"] == "answered"
 
 
-async def test_a_server_dying_mid_rollout_fails_that_rollout_and_the_run_goes_on_within_max_exceptions(toy, fake_chat_server):
+async def test_a_server_dying_mid_rollout_fails_that_rollout_and_the_run_goes_on_within_max_exceptions(
+    toy, fake_chat_server
+):
     f = fake_chat_server
     env = load_environment("mcp", **toy)
     client, scenario = AsyncOpenAI(base_url=f.base_url, api_key="test"), env.scenarios("train")[0]
@@ -198,21 +242,33 @@ async def test_a_server_dying_mid_rollout_fails_that_rollout_and_the_run_goes_on
         await env.rollout(client, "dies", scenario, max_tokens=64)
     f.script("dies", [f.tool_call("crash", {"code": 7})])
     groups = await gather_trajectory_groups(
-        [trajectory_group([env.rollout(client, m, scenario, max_tokens=64) for m in ("dies", "lives")])], max_exceptions=1, pbar_desc=None
+        [trajectory_group([env.rollout(client, m, scenario, max_tokens=64) for m in ("dies", "lives")])],
+        max_exceptions=1,
+        pbar_desc=None,
     )
     assert len(groups[0].trajectories) == 1 and len(groups[0].exceptions) == 1
     assert "crash" in groups[0].exceptions[0].message and groups[0].trajectories[0].metrics["tool_calls"] == 1
     f.script("dies", [f.tool_call("crash", {"code": 7})])
     with pytest.raises(TooManyExceptions):
-        await gather_trajectory_groups([trajectory_group([env.rollout(client, "dies", scenario, max_tokens=64)])], pbar_desc=None)
+        await gather_trajectory_groups(
+            [trajectory_group([env.rollout(client, "dies", scenario, max_tokens=64)])], pbar_desc=None
+        )
 
 
 def test_a_generator_reply_breaking_the_schema_is_retried_then_refused_clearly(toy, generator, tmp_path):
     from art_core.mcp import ScenarioGenerationError
 
-    gen = {"generator_model": "openai/gpt-4o-mini", "api_base": generator.base_url, "num_scenarios": 6, "max_retries": 2}
+    gen = {
+        "generator_model": "openai/gpt-4o-mini",
+        "api_base": generator.base_url,
+        "num_scenarios": 6,
+        "max_retries": 2,
+    }
     options = {**toy, "scenarios": None, "generate": gen, "store": str(tmp_path / "store")}
-    generator.script = ["not_json", "bad_difficulty"]  # two bad replies, then a good one: retried, and it counts the cost
+    generator.script = [
+        "not_json",
+        "bad_difficulty",
+    ]  # two bad replies, then a good one: retried, and it counts the cost
     env = load_environment("mcp", **options)
     assert len(env.all_scenarios) == 6 and len(generator.requests) == 3 and len(env.scenarios("val")) == 1
     again = load_environment("mcp", **options)  # a re-run finds the set in storage: the generator is not asked again
@@ -222,24 +278,42 @@ def test_a_generator_reply_breaking_the_schema_is_retried_then_refused_clearly(t
         load_environment("mcp", **{**options, "generate": {**gen, "seed": 1}}).all_scenarios
     message = str(e.value)
     assert "1 scenarios, 6 were asked for" in message and "difficulty" in message and "not JSON" in message
-    assert e.value.usage.calls == 3 and e.value.usage.cost_usd > 0  # gpt-4o-mini's price: the failed replies cost money too
+    assert (
+        e.value.usage.calls == 3 and e.value.usage.cost_usd > 0
+    )  # gpt-4o-mini's price: the failed replies cost money too
 
 
 async def test_generate_scenarios_takes_arts_arguments_and_asks_for_a_strict_schema(generator):
     from art_core.mcp import GeneratedScenarioCollection, MCPResource, MCPTool, generate_scenarios
 
-    tools = [MCPTool("find_user", "Find a user by email.", {"type": "object", "properties": {"email": {"type": "string"}}})]
-    found = await generate_scenarios(tools, [MCPResource("file:///policy.md", "policy", "The store's policy.")], num_scenarios=5,
-                                     custom_instructions="Only about refunds.", generator_model="openai/gpt-4o-mini",
-                                     generator_base_url=generator.base_url)
-    assert len(found) == 5 and all(1 <= s.difficulty <= 5 for s in found) and found.usage.calls == 1 and found.usage.cost_usd > 0
+    tools = [
+        MCPTool("find_user", "Find a user by email.", {"type": "object", "properties": {"email": {"type": "string"}}})
+    ]
+    found = await generate_scenarios(
+        tools,
+        [MCPResource("file:///policy.md", "policy", "The store's policy.")],
+        num_scenarios=5,
+        custom_instructions="Only about refunds.",
+        generator_model="openai/gpt-4o-mini",
+        generator_base_url=generator.base_url,
+    )
+    assert (
+        len(found) == 5
+        and all(1 <= s.difficulty <= 5 for s in found)
+        and found.usage.calls == 1
+        and found.usage.cost_usd > 0
+    )
     sent = generator.requests[0]
     schema = sent["response_format"]["json_schema"]
     assert schema["strict"] is True and schema["schema"]["properties"]["scenarios"]["maxItems"] == 5
     prompt = sent["messages"][0]["content"]
     assert "find_user" in prompt and "file:///policy.md" in prompt and "Only about refunds." in prompt
     train, val = found.split(4)
-    assert len(train) == 4 and len(val) == 1 and GeneratedScenarioCollection.from_json(found.to_json()).to_dicts() == found.to_dicts()
+    assert (
+        len(train) == 4
+        and len(val) == 1
+        and GeneratedScenarioCollection.from_json(found.to_json()).to_dicts() == found.to_dicts()
+    )
 
 
 def test_a_stdio_server_dies_with_the_run_even_on_sigkill(tmp_path):

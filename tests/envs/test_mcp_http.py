@@ -26,8 +26,13 @@ def toy_url(tmp_path):
     with socket.socket() as s:  # a free port on loopback for the server to take
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(path)], env={**os.environ, "TOY_MODE": "http", "TOY_PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(path)],
+        env={**os.environ, "TOY_MODE": "http", "TOY_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -47,11 +52,22 @@ async def test_a_url_server_is_discovered_and_called_then_its_loss_fails_the_rol
     with caplog.at_level(logging.WARNING, logger="art_core.envs.mcp.env"):
         env = load_environment("mcp", url=url, scenarios=["Keep two notes."], tool_timeout_s=5)
     assert "offers no state key and no reset tool: concurrent rollouts share its state" in caplog.text
-    assert {t["function"]["name"] for t in env.tools()} == {"add_note", "slow", "fail", "crash", "read_resource"} and env.server_name == "toy"
+    assert {t["function"]["name"] for t in env.tools()} == {
+        "add_note",
+        "slow",
+        "fail",
+        "crash",
+        "read_resource",
+    } and env.server_name == "toy"
     client, scenario = AsyncOpenAI(base_url=f.base_url, api_key="test"), env.scenarios("train")[0]
-    f.script("agent", [f.tool_call("add_note", {"text": "a"}), f.tool_call("add_note", {"text": "b"}), f.say("Two notes.")])
+    f.script(
+        "agent", [f.tool_call("add_note", {"text": "a"}), f.tool_call("add_note", {"text": "b"}), f.say("Two notes.")]
+    )
     traj = await env.rollout(client, "agent", scenario, max_tokens=64)
-    assert [m["content"] for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "tool"] == ["1 notes", "2 notes"]
+    assert [m["content"] for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "tool"] == [
+        "1 notes",
+        "2 notes",
+    ]
     proc.terminate()
     proc.wait(timeout=10)
     f.script("agent", [f.tool_call("add_note", {"text": "c"})])

@@ -122,8 +122,18 @@ def test_missing_output_scores_zero(db, tasks):
 
 
 def wrong_address(task: Task) -> Action:
-    return Action(name="modify_user_address", kwargs={"user_id": task.user_id, "address1": "1 Wrong Way", "address2": "",
-                                                       "city": "Nowhere", "state": "NV", "country": "USA", "zip": "00000"})
+    return Action(
+        name="modify_user_address",
+        kwargs={
+            "user_id": task.user_id,
+            "address1": "1 Wrong Way",
+            "address2": "",
+            "city": "Nowhere",
+            "state": "NV",
+            "country": "USA",
+            "zip": "00000",
+        },
+    )
 
 
 def test_one_wrong_write_scores_zero(db, tasks):
@@ -136,7 +146,9 @@ def test_one_wrong_write_scores_zero(db, tasks):
     for task in [t for t in all_tasks(tasks) if len(t.actions) == 1][:200]:
         a = task.actions[0]
         if a.name == "cancel_pending_order":
-            other = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}[a.kwargs["reason"]]
+            other = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}[
+                a.kwargs["reason"]
+            ]
             wrong = Action(name=a.name, kwargs={**a.kwargs, "reason": other})
         elif "zip" in a.kwargs:
             wrong = Action(name=a.name, kwargs={**a.kwargs, "zip": "00000"})
@@ -166,13 +178,27 @@ def test_refusal_tasks_any_write_scores_zero_and_tools_refuse_the_request(db, ta
             assert known["reason"] not in ("no longer needed", "ordered by mistake")
             request = ("cancel_pending_order", {"order_id": order["order_id"], "reason": known["reason"]})
             final = json.loads(json.dumps(initial))
-            act(final, [Action(name="cancel_pending_order", kwargs={"order_id": order["order_id"], "reason": "no longer needed"})])
+            act(
+                final,
+                [
+                    Action(
+                        name="cancel_pending_order",
+                        kwargs={"order_id": order["order_id"], "reason": "no longer needed"},
+                    )
+                ],
+            )
             assert reward(RETAIL, initial, final, task, [])["reward"] == 0.0  # cancelling under another reason is wrong
         elif "reason" in known:
             request = ("cancel_pending_order", {"order_id": order["order_id"], "reason": known["reason"]})
         elif "items" in known:
-            request = ("return_delivered_order_items", {"order_id": order["order_id"], "item_ids": [order["items"][0]["item_id"]],
-                                                        "payment_method_id": order["payment_history"][0]["payment_method_id"]})
+            request = (
+                "return_delivered_order_items",
+                {
+                    "order_id": order["order_id"],
+                    "item_ids": [order["items"][0]["item_id"]],
+                    "payment_method_id": order["payment_history"][0]["payment_method_id"],
+                },
+            )
         else:
             address = {k: v for k, v in wrong_address(task).kwargs.items() if k != "user_id"}
             request = ("modify_pending_order_address", {"order_id": order["order_id"], **address})
@@ -192,7 +218,11 @@ def valid_calls(db, tasks) -> dict[str, dict]:
     order_id = user["orders"][0]
     calls |= {
         "find_user_id_by_email": {"email": user["email"]},
-        "find_user_id_by_name_zip": {"first_name": user["name"]["first_name"], "last_name": user["name"]["last_name"], "zip": user["address"]["zip"]},
+        "find_user_id_by_name_zip": {
+            "first_name": user["name"]["first_name"],
+            "last_name": user["name"]["last_name"],
+            "zip": user["address"]["zip"],
+        },
         "get_user_details": {"user_id": user["user_id"]},
         "get_order_details": {"order_id": order_id},
         "get_product_details": {"product_id": db["orders"][order_id]["items"][0]["product_id"]},
@@ -230,27 +260,50 @@ def test_write_tools_move_money_and_status(db):
     state = json.loads(json.dumps(db))
     tools = RETAIL.tools
     # cancelling an order paid by gift card puts the money back on the card at once
-    order = next(o for o in state["orders"].values() if o["status"] == "pending" and o["payment_history"][0]["payment_method_id"].startswith("gift_card"))
+    order = next(
+        o
+        for o in state["orders"].values()
+        if o["status"] == "pending" and o["payment_history"][0]["payment_method_id"].startswith("gift_card")
+    )
     card = state["users"][order["user_id"]]["payment_methods"][order["payment_history"][0]["payment_method_id"]]
     balance, total = card["balance"], order["payment_history"][0]["amount"]
     tools["cancel_pending_order"](state, order_id=order["order_id"], reason="ordered by mistake")
     assert order["status"] == "cancelled" and card["balance"] == round(balance + total, 2)
-    assert call_tool(RETAIL, state, "cancel_pending_order", {"order_id": order["order_id"], "reason": "ordered by mistake"}).startswith("Error")
+    assert call_tool(
+        RETAIL, state, "cancel_pending_order", {"order_id": order["order_id"], "reason": "ordered by mistake"}
+    ).startswith("Error")
     # a return of delivered items records the items and refund method; a second one is refused
     order = next(o for o in state["orders"].values() if o["status"] == "delivered")
     pm = order["payment_history"][0]["payment_method_id"]
     ids = [i["item_id"] for i in order["items"]][::-1]
     tools["return_delivered_order_items"](state, order_id=order["order_id"], item_ids=ids, payment_method_id=pm)
     assert order["status"] == "return requested" and order["return_items"] == sorted(ids)
-    assert call_tool(RETAIL, state, "exchange_delivered_order_items",
-                     {"order_id": order["order_id"], "item_ids": ids[:1], "new_item_ids": ids[:1], "payment_method_id": pm}).startswith("Error")
+    assert call_tool(
+        RETAIL,
+        state,
+        "exchange_delivered_order_items",
+        {"order_id": order["order_id"], "item_ids": ids[:1], "new_item_ids": ids[:1], "payment_method_id": pm},
+    ).startswith("Error")
     # an unavailable variant cannot be swapped in
     order = next(o for o in state["orders"].values() if o["status"] == "pending")
     line = order["items"][0]
-    gone = [i for i, v in state["products"][line["product_id"]]["variants"].items() if not v["available"] and i != line["item_id"]]
+    gone = [
+        i
+        for i, v in state["products"][line["product_id"]]["variants"].items()
+        if not v["available"] and i != line["item_id"]
+    ]
     if gone:
-        result = call_tool(RETAIL, state, "modify_pending_order_items",
-                           {"order_id": order["order_id"], "item_ids": [line["item_id"]], "new_item_ids": gone[:1], "payment_method_id": order["payment_history"][0]["payment_method_id"]})
+        result = call_tool(
+            RETAIL,
+            state,
+            "modify_pending_order_items",
+            {
+                "order_id": order["order_id"],
+                "item_ids": [line["item_id"]],
+                "new_item_ids": gone[:1],
+                "payment_method_id": order["payment_history"][0]["payment_method_id"],
+            },
+        )
         assert "not available" in result
 
 

@@ -38,13 +38,22 @@ def single(name: str):
 
 def cancel_task() -> Task:
     return Task(
-        id="t1", user_id="ava_lopez_1234", request="Hi! I'd like to cancel an order.", instruction="...",
-        known_info={"name": "Ava Lopez", "email": "ava@example.com", "order_id": "#W1234567", "reason": "no longer needed"},
+        id="t1",
+        user_id="ava_lopez_1234",
+        request="Hi! I'd like to cancel an order.",
+        instruction="...",
+        known_info={
+            "name": "Ava Lopez",
+            "email": "ava@example.com",
+            "order_id": "#W1234567",
+            "reason": "no longer needed",
+        },
         actions=[Action(name="cancel_pending_order", kwargs={"order_id": "#W1234567", "reason": "no longer needed"})],
     )
 
 
 # ---- the scripted user ----
+
 
 def test_scripted_user_reveals_what_it_is_asked_and_only_that():
     user = ScriptedUser(cancel_task())
@@ -60,7 +69,10 @@ def test_scripted_user_confirms_only_the_gold_action():
     assert user.respond("Shall I cancel order #W1234567 because you ordered it by mistake?").startswith("No")
     assert user.respond("Shall I return order #W1234567 because it is no longer needed?").startswith("No")  # wrong verb
     assert not user.confirmed
-    assert user.respond("To confirm: cancel order #W1234567, reason: no longer needed. Shall I proceed?") == "Yes, please go ahead."
+    assert (
+        user.respond("To confirm: cancel order #W1234567, reason: no longer needed. Shall I proceed?")
+        == "Yes, please go ahead."
+    )
     assert user.confirmed == {0}
     assert user.respond("Your order has been cancelled.").endswith(STOP)
 
@@ -83,27 +95,37 @@ def test_scripted_user_on_refusal_and_output_tasks_and_patience():
 
 
 def test_action_verbs_tell_writes_apart():
-    names = ["cancel_pending_order", "modify_pending_order_address", "modify_pending_order_items", "modify_pending_order_payment",
-             "return_delivered_order_items", "exchange_delivered_order_items"]
+    names = [
+        "cancel_pending_order",
+        "modify_pending_order_address",
+        "modify_pending_order_items",
+        "modify_pending_order_payment",
+        "return_delivered_order_items",
+        "exchange_delivered_order_items",
+    ]
     assert [action_verb(n) for n in names] == ["cancel", "address", "item", "payment", "return", "exchange"]
 
 
 # ---- episodes against the fake peer ----
+
 
 async def test_episode_solves_a_cancel_task_and_keeps_choices(env, fake_chat_server):
     scenario = find(env, "train", single("cancel_pending_order"))
     task = Task.model_validate(scenario.data["task"])
     a = task.actions[0].kwargs
     f = fake_chat_server
-    f.script("agent", [
-        f.say("Hello! Could you tell me your email?"),
-        f.tool_call("find_user_id_by_email", {"email": task.known_info["email"]}),
-        f.say("Which order id, and what's the reason?"),
-        f.tool_call("get_order_details", {"order_id": a["order_id"]}),
-        f.say(f"To confirm: cancel order {a['order_id']} because it is {a['reason']}. Shall I proceed (yes/no)?"),
-        f.tool_call("cancel_pending_order", a),
-        f.say("Done: your order is cancelled."),
-    ])
+    f.script(
+        "agent",
+        [
+            f.say("Hello! Could you tell me your email?"),
+            f.tool_call("find_user_id_by_email", {"email": task.known_info["email"]}),
+            f.say("Which order id, and what's the reason?"),
+            f.tool_call("get_order_details", {"order_id": a["order_id"]}),
+            f.say(f"To confirm: cancel order {a['order_id']} because it is {a['reason']}. Shall I proceed (yes/no)?"),
+            f.tool_call("cancel_pending_order", a),
+            f.say("Done: your order is cancelled."),
+        ],
+    )
     client = AsyncOpenAI(base_url=f.base_url, api_key="test")
     traj = await env.rollout(client, "agent", scenario, temperature=0.7, max_tokens=64)
 
@@ -115,11 +137,17 @@ async def test_episode_solves_a_cancel_task_and_keeps_choices(env, fake_chat_ser
     choices = [m for m in items if isinstance(m, Choice)]
     assert len(choices) == 7 and all(c.logprobs.content[0].token.startswith("token_id:") for c in choices)
     tool_msgs = [m for m in items if isinstance(m, dict) and m["role"] == "tool"]
-    assert [m["tool_call_id"] for m in tool_msgs] == [c.message.tool_calls[0].id for c in choices if c.message.tool_calls]
+    assert [m["tool_call_id"] for m in tool_msgs] == [
+        c.message.tool_calls[0].id for c in choices if c.message.tool_calls
+    ]
     assert items[-1]["role"] == "user" and items[-1]["content"].endswith(STOP)
     # what was sent: the conversation so far, the tools, and the sampling knobs for training
     first, last = f.requests[0], f.requests[-1]
-    assert first["tools"] == RETAIL.tool_schemas and first["logprobs"] is True and first["return_tokens_as_token_ids"] is True
+    assert (
+        first["tools"] == RETAIL.tool_schemas
+        and first["logprobs"] is True
+        and first["return_tokens_as_token_ids"] is True
+    )
     assert first["temperature"] == 0.7 and first["max_tokens"] == 64 and "structured_outputs" not in first
     assert [m["role"] for m in last["messages"]][:3] == ["system", "user", "assistant"] and len(last["messages"]) == 14
     # the trajectory survives a JSONL round trip with its choices
@@ -130,13 +158,30 @@ async def test_episode_solves_a_cancel_task_and_keeps_choices(env, fake_chat_ser
 def oracle_turns(f, task: Task) -> list[dict]:
     """A perfect agent's turns for `task`: identify, propose each gold write with all its values, run it, report."""
     k = task.known_info
-    lookup = ("find_user_id_by_email", {"email": k["email"]}) if "email" in k else \
-        ("find_user_id_by_name_zip", {"first_name": k["name"].split()[0], "last_name": k["name"].split()[1], "zip": k["zip"]})
+    lookup = (
+        ("find_user_id_by_email", {"email": k["email"]})
+        if "email" in k
+        else (
+            "find_user_id_by_name_zip",
+            {"first_name": k["name"].split()[0], "last_name": k["name"].split()[1], "zip": k["zip"]},
+        )
+    )
     turns = [f.say("Hello! Could you give me your email, or your name and zip code?"), f.tool_call(*lookup)]
     for a in task.actions:
-        values = " ".join(str(v) for v in a.kwargs.values() if not isinstance(v, list)) + " " + " ".join(x for v in a.kwargs.values() if isinstance(v, list) for x in v)
-        turns += [f.say(f"To confirm, I will {a.name.replace('_', ' ')}: {values}. Shall I proceed?"), f.tool_call(a.name, a.kwargs)]
-    closing = "All done. " + " ".join(task.outputs) if task.actions or task.outputs else "Sorry, I cannot do that under our policy."
+        values = (
+            " ".join(str(v) for v in a.kwargs.values() if not isinstance(v, list))
+            + " "
+            + " ".join(x for v in a.kwargs.values() if isinstance(v, list) for x in v)
+        )
+        turns += [
+            f.say(f"To confirm, I will {a.name.replace('_', ' ')}: {values}. Shall I proceed?"),
+            f.tool_call(a.name, a.kwargs),
+        ]
+    closing = (
+        "All done. " + " ".join(task.outputs)
+        if task.actions or task.outputs
+        else "Sorry, I cannot do that under our policy."
+    )
     return turns + [f.say(closing)]
 
 
@@ -162,12 +207,15 @@ async def test_episode_write_without_the_right_arguments_scores_zero(env, fake_c
     a = task.actions[0].kwargs
     other = "ordered by mistake" if a["reason"] == "no longer needed" else "no longer needed"
     f = fake_chat_server
-    f.script("agent", [
-        f.tool_call("cancel_pending_order", {**a, "reason": other}),  # acts without asking, with the wrong reason
-        f.say("Your order has been cancelled."),
-        f.say("Anything else?"),
-        f.say("Goodbye."),
-    ])
+    f.script(
+        "agent",
+        [
+            f.tool_call("cancel_pending_order", {**a, "reason": other}),  # acts without asking, with the wrong reason
+            f.say("Your order has been cancelled."),
+            f.say("Anything else?"),
+            f.say("Goodbye."),
+        ],
+    )
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
     assert traj.reward == 0.0 and traj.metrics["r_actions"] == 0.0 and traj.metrics["writes"] == 1
     assert traj.metadata["stop_reason"] == "user_stop"  # the scripted user gave up after 3 unhelpful turns
@@ -176,13 +224,16 @@ async def test_episode_write_without_the_right_arguments_scores_zero(env, fake_c
 async def test_episode_bad_tool_calls_come_back_as_errors(env, fake_chat_server):
     scenario = env.scenarios("test")[0]
     f = fake_chat_server
-    f.script("agent", [
-        f.tool_call("get_order_details", "{not json"),
-        f.tool_call("get_order_details", '["#W1"]'),
-        f.tool_call("get_order_details", {"order_id": 12}),
-        f.tool_call("launch_rocket", {}),
-        f.tool_call("transfer_to_human_agents", {"summary": "customer wants help"}),
-    ])
+    f.script(
+        "agent",
+        [
+            f.tool_call("get_order_details", "{not json"),
+            f.tool_call("get_order_details", '["#W1"]'),
+            f.tool_call("get_order_details", {"order_id": 12}),
+            f.tool_call("launch_rocket", {}),
+            f.tool_call("transfer_to_human_agents", {"summary": "customer wants help"}),
+        ],
+    )
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
     results = [m["content"] for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "tool"]
     assert [r.startswith("Error") for r in results] == [True, True, True, True, False]
@@ -196,25 +247,40 @@ async def test_episode_stops_after_max_turns(fake_chat_server):
     f = fake_chat_server
     f.script("agent", [f.tool_call("list_all_product_types", {}), f.tool_call("list_all_product_types", {})])
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("train")[1])
-    assert traj.metadata["stop_reason"] == "max_turns" and traj.metrics["truncated"] is True and traj.metrics["turns"] == 2
+    assert (
+        traj.metadata["stop_reason"] == "max_turns" and traj.metrics["truncated"] is True and traj.metrics["turns"] == 2
+    )
 
 
 async def test_force_tool_calls_sends_a_regex_and_parses_calls_from_content(fake_chat_server):
     env = CustomerServiceEnv(RETAIL, force_tool_calls=True, max_turns=1)
     f = fake_chat_server
     # a server without a tool parser returns the forced text as content
-    f.script("agent", [f.say('<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W0000001"}}\n</tool_call>')])
-    traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("train")[0], extra_body={"top_k": 5})
+    f.script(
+        "agent",
+        [f.say('<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W0000001"}}\n</tool_call>')],
+    )
+    traj = await env.rollout(
+        AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("train")[0], extra_body={"top_k": 5}
+    )
     body = f.requests[0]
     assert body["structured_outputs"] == {"regex": tool_call_regex(RETAIL.tool_schemas)} and body["top_k"] == 5
-    assert traj.messages_and_choices[-1] == {"role": "tool", "tool_call_id": "call_1_0", "content": "Error: order #W0000001 not found (order ids look like #W1234567)"}
+    assert traj.messages_and_choices[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1_0",
+        "content": "Error: order #W0000001 not found (order ids look like #W1234567)",
+    }
 
 
 def test_tool_call_regex_admits_only_well_formed_calls():
     r = re.compile(tool_call_regex(RETAIL.tool_schemas))
     call = lambda name, args: "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"  # noqa: E731
     assert r.fullmatch(call("cancel_pending_order", {"order_id": "#W1234567", "reason": "no longer needed"}))
-    assert r.fullmatch(call("return_delivered_order_items", {"order_id": "#W1", "item_ids": ["1", "2"], "payment_method_id": "paypal_1"}))
+    assert r.fullmatch(
+        call(
+            "return_delivered_order_items", {"order_id": "#W1", "item_ids": ["1", "2"], "payment_method_id": "paypal_1"}
+        )
+    )
     assert r.fullmatch(call("list_all_product_types", {}))
     assert not r.fullmatch(call("launch_rocket", {}))
     assert not r.fullmatch(call("cancel_pending_order", {"order_id": "#W1"}))  # a required argument missing
@@ -245,8 +311,15 @@ async def test_episode_with_the_llm_user(fake_chat_server):
     f.script("user-sim", [f.say("Hello, I need help with an order."), f.say(f"Never mind then. {STOP}")])
     f.script("agent", [f.say("I'm afraid I can't help with that.")])
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
-    assert [m["content"] for m in traj.messages() if m["role"] == "user"] == ["Hello, I need help with an order.", f"Never mind then. {STOP}"]
-    assert traj.metadata["stop_reason"] == "user_stop" and [r["model"] for r in f.requests] == ["user-sim", "agent", "user-sim"]
+    assert [m["content"] for m in traj.messages() if m["role"] == "user"] == [
+        "Hello, I need help with an order.",
+        f"Never mind then. {STOP}",
+    ]
+    assert traj.metadata["stop_reason"] == "user_stop" and [r["model"] for r in f.requests] == [
+        "user-sim",
+        "agent",
+        "user-sim",
+    ]
 
 
 def test_options_pick_the_user_simulator():
@@ -261,6 +334,7 @@ def test_options_pick_the_user_simulator():
 
 # ---- against the tiny model served by vLLM ----
 
+
 def _compact(domain):
     """The tiny test model has a 4096-token context and a 4k-word tokenizer, in which the full retail
     policy and schemas take about 4.6k tokens: keep one policy line and drop the schemas' descriptions."""
@@ -269,7 +343,11 @@ def _compact(domain):
         s["function"].pop("description", None)
         for p in s["function"]["parameters"]["properties"].values():
             p.pop("description", None)
-    return dataclasses.replace(domain, policy="You are the store's support agent: identify the customer, confirm before changes.", tool_schemas=schemas)
+    return dataclasses.replace(
+        domain,
+        policy="You are the store's support agent: identify the customer, confirm before changes.",
+        tool_schemas=schemas,
+    )
 
 
 def _client(ep) -> AsyncOpenAI:
@@ -279,20 +357,28 @@ def _client(ep) -> AsyncOpenAI:
 @pytest.mark.vllm
 async def test_forced_episode_against_the_tiny_model(vllm_endpoint):
     env = CustomerServiceEnv(_compact(RETAIL), seed=0, user="scripted", force_tool_calls=True, max_turns=4)
-    traj = await env.rollout(_client(vllm_endpoint), vllm_endpoint.model, env.scenarios("test")[0], temperature=1.0, max_tokens=256)
+    traj = await env.rollout(
+        _client(vllm_endpoint), vllm_endpoint.model, env.scenarios("test")[0], temperature=1.0, max_tokens=256
+    )
     choices = traj.choices()
     assert 1 <= len(choices) <= 4 and traj.metadata["stop_reason"] in ("terminal_tool", "max_turns")
     for c in choices:  # every turn is a parsed, well-formed call with its sampled token ids
         assert c.message.tool_calls or "<tool_call>" in (c.message.content or "")
         assert c.logprobs.content and all(t.token.startswith("token_id:") for t in c.logprobs.content)
     assert traj.metrics["tool_calls"] == len(choices)
-    assert not any("not valid JSON" in m["content"] for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "tool")
+    assert not any(
+        "not valid JSON" in m["content"]
+        for m in traj.messages_and_choices
+        if isinstance(m, dict) and m["role"] == "tool"
+    )
     assert traj.reward in (0.0, 1.0) and "r_actions" in traj.metrics
 
 
 @pytest.mark.vllm
 async def test_plain_replies_reach_the_scripted_user_against_the_tiny_model(vllm_endpoint):
     env = CustomerServiceEnv(_compact(RETAIL), seed=0, user="scripted", max_turns=6, user_patience=2)
-    traj = await env.rollout(_client(vllm_endpoint), vllm_endpoint.model, env.scenarios("val")[0], temperature=1.0, max_tokens=24)
+    traj = await env.rollout(
+        _client(vllm_endpoint), vllm_endpoint.model, env.scenarios("val")[0], temperature=1.0, max_tokens=24
+    )
     users = [m for m in traj.messages_and_choices if isinstance(m, dict) and m["role"] == "user"]
     assert len(users) >= 2 and traj.reward in (0.0, 1.0) and len(traj.choices()) == traj.metrics["turns"]

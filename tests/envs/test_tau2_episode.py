@@ -19,7 +19,9 @@ from art_core.trajectories import Trajectory
 
 
 def env_for(f, name: str = "tau2-retail", **options):
-    return load_environment(name, user={"model": "openai/user-sim", "api_base": f.base_url, "api_key": "test"}, **options)
+    return load_environment(
+        name, user={"model": "openai/user-sim", "api_base": f.base_url, "api_key": "test"}, **options
+    )
 
 
 def gold_agent_turns(f, task) -> list[dict]:
@@ -40,23 +42,42 @@ async def test_a_perfect_episode_scores_one_with_every_component_in_metrics(fake
     task = scenario.data["task"]
     f.script("user-sim", [f.say("Hi, I need help with my trip."), f.say(f"Great, thank you. {STOP}")])
     f.script("agent", gold_agent_turns(f, task))
-    traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario, temperature=0.0, max_tokens=2048)
+    traj = await env.rollout(
+        AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario, temperature=0.0, max_tokens=2048
+    )
 
-    assert traj.reward == 1.0 and traj.metadata["stop_reason"] == "user_stop" and traj.metadata["task_id"] == scenario.id
+    assert (
+        traj.reward == 1.0 and traj.metadata["stop_reason"] == "user_stop" and traj.metadata["task_id"] == scenario.id
+    )
     assert {"r_db": 1.0, "r_communicate": 1.0, "truncated": 0.0}.items() <= traj.metrics.items()
     assert traj.metrics["tool_calls"] == len(task["evaluation_criteria"]["actions"]) and not f.queues["agent"]
     items = traj.messages_and_choices
-    assert items[0]["role"] == "system" and items[0]["content"].startswith("<instructions>") and env.data.policy in items[0]["content"]
-    assert items[1] == {"role": "assistant", "content": GREETING} and items[2]["content"] == "Hi, I need help with my trip."
+    assert (
+        items[0]["role"] == "system"
+        and items[0]["content"].startswith("<instructions>")
+        and env.data.policy in items[0]["content"]
+    )
+    assert (
+        items[1] == {"role": "assistant", "content": GREETING}
+        and items[2]["content"] == "Hi, I need help with my trip."
+    )
     assert all(isinstance(c, Choice) for c in traj.choices()) and len(traj.choices()) == traj.metrics["turns"]
     # the customer's model saw tau2-style instructions with this task's scenario, and the agent as "user"
     to_user = [r for r in f.requests if r["model"] == "user-sim"]
-    assert to_user[0]["messages"] == [{"role": "system", "content": system_prompt(task)}, {"role": "user", "content": GREETING}]
-    assert "<scenario>" in to_user[0]["messages"][0]["content"] and "###OUT-OF-SCOPE###" in to_user[0]["messages"][0]["content"]
+    assert to_user[0]["messages"] == [
+        {"role": "system", "content": system_prompt(task)},
+        {"role": "user", "content": GREETING},
+    ]
+    assert (
+        "<scenario>" in to_user[0]["messages"][0]["content"]
+        and "###OUT-OF-SCOPE###" in to_user[0]["messages"][0]["content"]
+    )
     assert [m["role"] for m in to_user[1]["messages"][1:]] == ["user", "assistant", "user"]
     assert not any(m["role"] == "tool" for m in to_user[1]["messages"])  # the customer never sees tool results
     to_agent = [r for r in f.requests if r["model"] == "agent"]
-    assert to_agent[0]["tools"] == env.tools() and to_agent[0]["temperature"] == 0.0 and to_agent[0]["max_tokens"] == 2048
+    assert (
+        to_agent[0]["tools"] == env.tools() and to_agent[0]["temperature"] == 0.0 and to_agent[0]["max_tokens"] == 2048
+    )
     # it survives the rollout file's JSONL round trip, with the checks behind the reward
     again = Trajectory.model_validate_json(traj.model_dump_json())
     assert again.reward == 1.0 and again.metrics == traj.metrics and len(again.choices()) == len(traj.choices())
@@ -68,10 +89,18 @@ async def test_transfer_is_not_terminal_the_customer_ends_it(fake_chat_server):
     env = env_for(f)
     scenario = env.scenarios("train")[0]
     f.script("user-sim", [f.say("I want a human."), f.say(f"Okay. {TRANSFER}")])
-    f.script("agent", [f.tool_call("transfer_to_human_agents", {"summary": "wants a human"}), f.say("YOU ARE BEING TRANSFERRED TO A HUMAN AGENT.")])
+    f.script(
+        "agent",
+        [
+            f.tool_call("transfer_to_human_agents", {"summary": "wants a human"}),
+            f.say("YOU ARE BEING TRANSFERRED TO A HUMAN AGENT."),
+        ],
+    )
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
     assert traj.metadata["stop_reason"] == "user_stop" and tool_messages(traj)[0]["content"] == "Transfer successful"
-    assert traj.reward == 0.0 and traj.metrics["r_db"] == 0.0 and traj.metrics["truncated"] == 0.0  # task 0 wanted an exchange
+    assert (
+        traj.reward == 0.0 and traj.metrics["r_db"] == 0.0 and traj.metrics["truncated"] == 0.0
+    )  # task 0 wanted an exchange
 
 
 async def test_a_run_cut_off_by_its_step_limit_scores_zero(fake_chat_server):
@@ -103,7 +132,10 @@ async def test_a_turn_cut_by_max_tokens_or_too_many_errors_scores_zero(fake_chat
     f.script("agent", [f.say("CUT")])
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
     assert traj.metadata["stop_reason"] == "max_tokens" and traj.reward == 0.0 and traj.metrics["truncated"] == 1.0
-    f.script("agent", [f.tool_call("get_order_details", {"order_id": "#W0"}), f.tool_call("get_order_details", {"order_id": "#W1"})])
+    f.script(
+        "agent",
+        [f.tool_call("get_order_details", {"order_id": "#W0"}), f.tool_call("get_order_details", {"order_id": "#W1"})],
+    )
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
     assert traj.metadata["stop_reason"] == "too_many_errors" and traj.reward == 0.0 and traj.metrics["tool_errors"] == 2
     assert tool_messages(traj)[0]["content"] == "Error: Order not found"
@@ -124,12 +156,15 @@ async def test_a_hosted_agent_is_not_sent_vllms_extras(fake_chat_server):
     env = env_for(f, sampler_extras=False)
     f.script("user-sim", [f.say("Hello."), f.say(f"Bye. {STOP}")])
     f.script("agent", [f.say("Goodbye.")])
-    await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("test")[0], temperature=0.0)
+    await env.rollout(
+        AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", env.scenarios("test")[0], temperature=0.0
+    )
     sent = [r for r in f.requests if r["model"] == "agent"][0]
     assert "return_tokens_as_token_ids" not in sent and sent["logprobs"] is False  # OpenAI's API refuses the former
 
 
 # ---- the tiny model served by vLLM plays the agent and the customer ----
+
 
 @pytest.mark.vllm
 async def test_full_tau2_retail_episode_against_the_tiny_model(vllm_endpoint, monkeypatch):
@@ -138,7 +173,13 @@ async def test_full_tau2_retail_episode_against_the_tiny_model(vllm_endpoint, mo
     played by the same server. A random model never says ###STOP###, so the run ends at its step limit."""
     monkeypatch.setenv("ART_JUDGE_MODEL", "openai/unused-judge")  # a cut-off run must not reach any judge
     ep = vllm_endpoint
-    user = {"model": f"openai/{ep.model}", "api_base": ep.base_url, "api_key": ep.api_key or "none", "max_tokens": 24, "temperature": 1.0}
+    user = {
+        "model": f"openai/{ep.model}",
+        "api_base": ep.base_url,
+        "api_key": ep.api_key or "none",
+        "max_tokens": 24,
+        "temperature": 1.0,
+    }
     env = load_environment("tau2-retail", user=user, force_tool_calls=True, forced_message_chars=40, max_steps=10)
     scenario = env.scenarios("test")[0]
     client = AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key or "none")

@@ -20,8 +20,12 @@ def s3_env(monkeypatch):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                 "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():  # fmt: skip
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }.items():
         monkeypatch.setenv(k, v)
     boto3.client("s3", endpoint_url=f"http://{host}:{port}").create_bucket(Bucket="art")
     yield "s3://art/runs"

@@ -28,13 +28,19 @@ TOOLS = [
             "name": "get_order",
             "description": "Look up an order by its id.",
             "strict": True,  # vLLM pins the arguments to the schema only for strict tools (OpenAI semantics)
-            "parameters": {"type": "object", "properties": {"order_id": {"type": "string", "enum": ["1234", "5678"]}},
-                           "required": ["order_id"], "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string", "enum": ["1234", "5678"]}},
+                "required": ["order_id"],
+                "additionalProperties": False,
+            },
         },
     }
 ]
-PROMPT = [{"role": "system", "content": "You help users with their orders."},
-          {"role": "user", "content": "Where is my order 1234?"}]  # fmt: skip
+PROMPT = [
+    {"role": "system", "content": "You help users with their orders."},
+    {"role": "user", "content": "Where is my order 1234?"},
+]
 
 
 def make_random_adapter(base_model: str, out_dir: str, seed: int = 0) -> str:
@@ -58,9 +64,14 @@ def make_random_adapter(base_model: str, out_dir: str, seed: int = 0) -> str:
 async def answer(client: openai.AsyncOpenAI, model: str, max_tokens: int = 12) -> list[int]:
     """Greedy token ids for the fixed prompt (temperature 0 and a seed: the same model gives the same ids)."""
     r = await client.chat.completions.create(
-        model=model, messages=PROMPT, temperature=0, seed=7, max_tokens=max_tokens, logprobs=True,
+        model=model,
+        messages=PROMPT,
+        temperature=0,
+        seed=7,
+        max_tokens=max_tokens,
+        logprobs=True,
         extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True},
-    )  # fmt: skip
+    )
     return [int(t.token.removeprefix("token_id:")) for t in r.choices[0].logprobs.content]
 
 
@@ -79,7 +90,12 @@ async def test_register_serves_step_0_as_the_base_model(served, vllm_server):
     backend, model = served
     assert model.get_inference_name() == "agent@0"
     assert {"tiny", "agent@0", "agent"} <= set(vllm_server.served_models())
-    assert backend.storage.read_json(backend.storage.join(backend.storage.model_path("inference", "agent"), "model.json"))["base_model"] == model.base_model
+    assert (
+        backend.storage.read_json(backend.storage.join(backend.storage.model_path("inference", "agent"), "model.json"))[
+            "base_model"
+        ]
+        == model.base_model
+    )
     client = model.openai_client()
     base = await answer(client, "tiny")
     assert await answer(client, "agent@0") == base and await answer(client, "agent") == base
@@ -103,9 +119,16 @@ async def test_32_concurrent_tool_chats_carry_logprobs_and_token_ids(served):
             tools = [{**t, "function": {k: v for k, v in t["function"].items() if k != "strict"}} for t in TOOLS]
             body["structured_outputs"] = {"regex": tool_call_regex(tools)}
         return await client.chat.completions.create(
-            model=model.get_inference_name(), messages=PROMPT, tools=tools, max_tokens=96 if forced else 24,
-            tool_choice="auto", temperature=1.0, seed=i, logprobs=True, extra_body=body,
-        )  # fmt: skip
+            model=model.get_inference_name(),
+            messages=PROMPT,
+            tools=tools,
+            max_tokens=96 if forced else 24,
+            tool_choice="auto",
+            temperature=1.0,
+            seed=i,
+            logprobs=True,
+            extra_body=body,
+        )
 
     replies = await asyncio.gather(*(one(i) for i in range(32)))
     assert len(replies) == 32
@@ -137,14 +160,22 @@ async def test_structured_outputs_pass_through_an_adapter_name(served):
     client = model.openai_client()
 
     async def ask(**kwargs) -> str:
-        r = await client.chat.completions.create(model="agent", messages=PROMPT, max_tokens=128, temperature=1.0, **kwargs)
+        r = await client.chat.completions.create(
+            model="agent", messages=PROMPT, max_tokens=128, temperature=1.0, **kwargs
+        )
         return r.choices[0].message.content
 
     assert await ask(extra_body={"structured_outputs": {"choice": ["shipped", "pending"]}}) in ("shipped", "pending")
     assert re.fullmatch(r"#W\d{4}", await ask(extra_body={"structured_outputs": {"regex": r"#W\d{4}"}}))
-    schema = {"type": "object", "properties": {"status": {"type": "string", "enum": ["shipped", "pending"]}},
-              "required": ["status"], "additionalProperties": False}  # fmt: skip
-    reply = await ask(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}})
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "string", "enum": ["shipped", "pending"]}},
+        "required": ["status"],
+        "additionalProperties": False,
+    }
+    reply = await ask(
+        response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}}
+    )
     assert json.loads(reply)["status"] in ("shipped", "pending")
 
 
@@ -153,10 +184,12 @@ async def test_seeded_requests_with_long_prompts_do_not_kill_the_engine(served, 
     _, model = served
     client = model.openai_client()
     long_prompt = [{"role": "user", "content": "Where is my order 1234? " * 80}]  # ~500 tokens each
-    replies = await asyncio.gather(*(
-        client.chat.completions.create(model="agent", messages=long_prompt, max_tokens=4, seed=i, temperature=1.0)
-        for i in range(24)
-    ))  # fmt: skip
+    replies = await asyncio.gather(
+        *(
+            client.chat.completions.create(model="agent", messages=long_prompt, max_tokens=4, seed=i, temperature=1.0)
+            for i in range(24)
+        )
+    )
     assert all(r.usage.completion_tokens >= 1 for r in replies)
     vllm_server.check()
 
@@ -204,9 +237,15 @@ async def test_train_records_history_and_serves_the_new_step(served, vllm_server
 
     async def group() -> TrajectoryGroup:
         r = await client.chat.completions.create(
-            model=model.get_inference_name(), messages=PROMPT, n=4, max_tokens=8, temperature=1.0, seed=1,
-            logprobs=True, extra_body={"return_tokens_as_token_ids": True},
-        )  # fmt: skip
+            model=model.get_inference_name(),
+            messages=PROMPT,
+            n=4,
+            max_tokens=8,
+            temperature=1.0,
+            seed=1,
+            logprobs=True,
+            extra_body={"return_tokens_as_token_ids": True},
+        )
         return TrajectoryGroup(
             Trajectory(messages_and_choices=[*PROMPT, c], reward=float(k)) for k, c in enumerate(r.choices)
         )
@@ -214,7 +253,9 @@ async def test_train_records_history_and_serves_the_new_step(served, vllm_server
     config = TrainConfig(learning_rate=2e-3)
     result = await model.train([await group(), await group()], config)
     assert result.step == 1 and await model.get_step() == 1
-    history = backend.storage.read_jsonl(backend.storage.join(backend.storage.model_path("inference", "trained"), "history.jsonl"))
+    history = backend.storage.read_jsonl(
+        backend.storage.join(backend.storage.model_path("inference", "trained"), "history.jsonl")
+    )
     assert history[-1]["step"] == 1 and "train/loss" in history[-1] and history[-1]["train/reward"] == 1.5
     assert {"trained@0", "trained@1", "trained"} <= set(vllm_server.served_models())
     assert await answer(client, "trained") == await answer(client, "trained@1")

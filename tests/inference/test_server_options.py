@@ -32,7 +32,9 @@ def test_cpu_has_bf16_reads_this_machine():
 
 
 def test_prefix_caching_and_batch_size_are_passed_when_set():
-    server = VLLMServer(ServerConfig(model="/models/m", enable_prefix_caching=True, max_num_seqs=16, max_model_len=2048))
+    server = VLLMServer(
+        ServerConfig(model="/models/m", enable_prefix_caching=True, max_num_seqs=16, max_model_len=2048)
+    )
     args = server.command()
     assert "--enable-prefix-caching" in args and _flag(args, "--max-num-seqs") == "16"
     assert _flag(args, "--max-model-len") == "2048"
@@ -52,13 +54,23 @@ def test_art_engine_args_set_the_same_fields():
 def test_the_prefect_form_has_the_server_settings_and_refuses_a_wrong_one(tiny_model_path):
     from flows.config import RunConfig
 
-    cfg = RunConfig(project="p", model="m", base_model=tiny_model_path, environment={"name": "word-quiz"},
-                    server={"dtype": "float32", "max_model_len": 4096})  # fmt: skip
+    cfg = RunConfig(
+        project="p",
+        model="m",
+        base_model=tiny_model_path,
+        environment={"name": "word-quiz"},
+        server={"dtype": "float32", "max_model_len": 4096},
+    )
     assert cfg.server.model_dump(exclude_unset=True) == {"dtype": "float32", "max_model_len": 4096}
     assert "server" in RunConfig.model_json_schema()["properties"]
     with pytest.raises(ValueError, match="dtype"):
-        RunConfig(project="p", model="m", base_model=tiny_model_path, environment={"name": "word-quiz"},
-                  server={"dtype": "fp8"})  # fmt: skip
+        RunConfig(
+            project="p",
+            model="m",
+            base_model=tiny_model_path,
+            environment={"name": "word-quiz"},
+            server={"dtype": "fp8"},
+        )
     assert isinstance(cfg.server, ServerOptions)
 
 

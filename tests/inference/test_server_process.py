@@ -168,8 +168,16 @@ def test_sigterm_to_our_process_stops_the_server(tmp_path):
 
 
 def test_unknown_model_error_is_rewritten_with_served_names():
-    body = json.dumps({"error": {"message": "The model `agent@7` does not exist. Valid aliases: tiny.",
-                                 "type": "NotFoundError", "param": "model", "code": 404}}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "error": {
+                "message": "The model `agent@7` does not exist. Valid aliases: tiny.",
+                "type": "NotFoundError",
+                "param": "model",
+                "code": 404,
+            }
+        }
+    ).encode()
     out = json.loads(rewrite_unknown_model(body, ["tiny", "agent@1", "agent"]))
     assert out["error"]["message"] == "The model `agent@7` is not served here. Served names: tiny, agent@1, agent."
     assert out["error"]["code"] == 404
@@ -251,7 +259,9 @@ async def test_our_client_lets_idle_connections_go_before_a_stock_vllm_server_cl
             return len(set(seen))
 
         url = f"http://127.0.0.1:{port}/v1"
-        assert await connections(openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0)) == 1  # the stock pool reuses
+        assert (
+            await connections(openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0)) == 1
+        )  # the stock pool reuses
         assert await connections(openai_client(url, "k")) == 2
     finally:
         server.should_exit = True
@@ -275,14 +285,23 @@ async def test_our_client_sends_again_once_when_a_reused_connection_is_dropped_u
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 attempts.append(answered)
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 await reader.readexactly(length)
                 if answered == answer_per_connection:  # dropped: closed with nothing sent back
                     writer.close()
                     return
                 body = b'{"object": "list", "data": []}'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
                 await writer.drain()
                 answered += 1
 

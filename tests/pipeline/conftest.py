@@ -1,6 +1,6 @@
 """Fixtures for the pipeline tests: one real Prefect test server per session, an S3 server (moto) per module.
 
-    def test_something(prefect_api, s3_root):   # s3_root: s3://<fresh bucket>/runs
+def test_something(prefect_api, s3_root):   # s3_root: s3://<fresh bucket>/runs
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ def s3_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}  # fmt: skip
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield env

@@ -18,9 +18,16 @@ def test_art_style_rollout_trains_two_steps_through_the_flow(
     prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
-    cfg = run_config(tiny_model_path, str(tmp_path / "runs"), vllm_endpoint.base_url, name="art-style",
-                     environment={"name": "art_core.envs.art_rollout"}, steps=2, eval_every=0,
-                     sampling={"max_tokens": 4, "temperature": 1.0})
+    cfg = run_config(
+        tiny_model_path,
+        str(tmp_path / "runs"),
+        vllm_endpoint.base_url,
+        name="art-style",
+        environment={"name": "art_core.envs.art_rollout"},
+        steps=2,
+        eval_every=0,
+        sampling={"max_tokens": 4, "temperature": 1.0},
+    )
     assert cfg.environment.constrains_sampling  # the example answers through vLLM's choice grammar
     summary, _ = run_flow(cfg)
     assert summary.trained_steps == [1, 2]

@@ -11,8 +11,13 @@ from flows.config import RunConfig
 
 
 def _base(tiny_model_path, tmp_path, **update):
-    cfg = {"project": "demo", "model": "agent-001", "base_model": str(tiny_model_path),
-           "environment": {"name": "tic-tac-toe"}, "storage_url": str(tmp_path / "art")}  # fmt: skip
+    cfg = {
+        "project": "demo",
+        "model": "agent-001",
+        "base_model": str(tiny_model_path),
+        "environment": {"name": "tic-tac-toe"},
+        "storage_url": str(tmp_path / "art"),
+    }
     cfg.update(update)
     return cfg
 
@@ -23,7 +28,11 @@ def _base(tiny_model_path, tmp_path, **update):
         ({"group_size": 1}, "group_size", "greater than or equal to 2"),
         ({"steps": 0}, "steps", "greater than or equal to 1"),
         ({"environment": {"name": "chess-9000"}}, "environment.name", "unknown environment"),
-        ({"environment": {"name": "tic-tac-toe", "options": {"constrain_move": True}}}, "environment", "constrain_move"),
+        (
+            {"environment": {"name": "tic-tac-toe", "options": {"constrain_move": True}}},
+            "environment",
+            "constrain_move",
+        ),
         ({"model": "../escape"}, "model", "not allowed"),
         ({"base_model": "/nonexistent/model"}, "base_model", "no config.json"),
         ({"train": {"learning_rate": -1}}, "train.learning_rate", "greater than 0"),
@@ -32,10 +41,16 @@ def _base(tiny_model_path, tmp_path, **update):
         ({"judge": {"model": "m", "litellm_params": {"api_key": "sk-1"}}}, "judge.litellm_params", "secrets"),
         ({"group_sise": 8}, "group_sise", "Extra inputs"),
         ({"inference_url": "127.0.0.1:8000"}, "inference_url", "http://"),
-        ({"environment": {"name": "tic-tac-toe", "options": {"constrain_moves": True}}}, "train.old_logprobs",
-         "after the grammar mask"),
-        ({"environment": {"name": "retail", "options": {"force_tool_calls": True}}}, "train.old_logprobs",
-         "constrains sampling"),
+        (
+            {"environment": {"name": "tic-tac-toe", "options": {"constrain_moves": True}}},
+            "train.old_logprobs",
+            "after the grammar mask",
+        ),
+        (
+            {"environment": {"name": "retail", "options": {"force_tool_calls": True}}},
+            "train.old_logprobs",
+            "constrains sampling",
+        ),
     ],
 )
 def test_invalid_field_is_named(tiny_model_path, tmp_path, update, field, hint):
@@ -86,7 +101,16 @@ def test_sampling_defaults_fit_tool_calls_and_follow_the_environments_protocol(t
     assert plain.sampling.max_tokens == 256 and plain.eval_sampling()["temperature"] == plain.sampling.temperature
     tau2 = RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "tau2-retail"}))
     assert tau2.sampling.max_tokens == 2048  # tau2's protocol: a booking call alone is hundreds of tokens
-    assert tau2.sampling.temperature == 1.0 and tau2.eval_sampling()["temperature"] == 0.0  # GRPO samples, tau2 evaluates at 0
-    own = RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "tau2-retail"}, sampling={"max_tokens": 8},
-                            eval={"temperature": 0.7}))  # fmt: skip
+    assert (
+        tau2.sampling.temperature == 1.0 and tau2.eval_sampling()["temperature"] == 0.0
+    )  # GRPO samples, tau2 evaluates at 0
+    own = RunConfig(
+        **_base(
+            tiny_model_path,
+            tmp_path,
+            environment={"name": "tau2-retail"},
+            sampling={"max_tokens": 8},
+            eval={"temperature": 0.7},
+        )
+    )
     assert own.sampling.max_tokens == 8 and own.eval_sampling() == {"temperature": 0.7, "max_tokens": 8}

@@ -97,10 +97,21 @@ print("the flow finished without reaching the kill", flush=True)
 
 
 def _config(model_path: str, storage_url: str, inference_url: str | None) -> RunConfig:
-    return RunConfig(project="crash", model="agent", base_model=model_path, storage_url=storage_url,
-                     inference_url=inference_url, environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-                     steps=2, groups_per_step=2, group_size=4, sampling={"max_tokens": 8}, eval_every=0,
-                     train={"learning_rate": 2e-3, "old_logprobs": "recompute"}, report_to_wandb=False)  # fmt: skip
+    return RunConfig(
+        project="crash",
+        model="agent",
+        base_model=model_path,
+        storage_url=storage_url,
+        inference_url=inference_url,
+        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+        steps=2,
+        groups_per_step=2,
+        group_size=4,
+        sampling={"max_tokens": 8},
+        eval_every=0,
+        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+        report_to_wandb=False,
+    )
 
 
 def _running(entry: dict) -> bool:
@@ -119,8 +130,11 @@ def _digest(path: str) -> tuple[int, str]:
 
 def _checkpoint_files(store, step: int) -> dict[str, tuple[int, str]]:
     root = store.checkpoint(step)
-    return {os.path.relpath(os.path.join(d, n), root): _digest(os.path.join(d, n))
-            for d, _, names in os.walk(root) for n in names}  # fmt: skip
+    return {
+        os.path.relpath(os.path.join(d, n), root): _digest(os.path.join(d, n))
+        for d, _, names in os.walk(root)
+        for n in names
+    }
 
 
 def _train_records(store) -> dict[int, int]:
@@ -132,8 +146,9 @@ def _train_records(store) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("phase", ["rollouts_written", "training", "marker_before_record", "after_record"])
-def test_sigkill_in_each_phase_leaves_no_process_and_the_rerun_resumes(phase, prefect_api, tiny_model_path,
-                                                                        vllm_endpoint, tmp_path, monkeypatch):  # fmt: skip
+def test_sigkill_in_each_phase_leaves_no_process_and_the_rerun_resumes(
+    phase, prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
+):
     from art_core.store import ModelStore
 
     own = phase == "training"  # this run starts its own vLLM server and a temporary Prefect server
@@ -148,8 +163,14 @@ def test_sigkill_in_each_phase_leaves_no_process_and_the_rerun_resumes(phase, pr
         env.update(PREFECT_API_URL=prefect_api, ART_INFERENCE_API_KEY=vllm_endpoint.api_key or "")
     pids_path, log_path = str(tmp_path / "descendants.json"), tmp_path / "killed-run.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, phase, cfg.model_dump_json(), pids_path], cwd=REPO,
-                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, phase, cfg.model_dump_json(), pids_path],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         proc.wait(timeout=600)
     finally:

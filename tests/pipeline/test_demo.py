@@ -28,8 +28,10 @@ def demo_runs(prefect_api, tiny_model_path, tmp_path_factory) -> dict[int, dict]
     runs = {}
     for seed in SEEDS:
         storage = tmp_path_factory.mktemp(f"demo-{seed}")
-        runs[seed] = {**main(["--seed", str(seed), "--storage", str(storage), "--model-dir", tiny_model_path]),
-                      "storage": str(storage)}  # fmt: skip
+        runs[seed] = {
+            **main(["--seed", str(seed), "--storage", str(storage), "--model-dir", tiny_model_path]),
+            "storage": str(storage),
+        }
     return runs
 
 
@@ -53,8 +55,10 @@ def test_last_step_beats_the_base_model_on_held_out_questions(demo_runs, capsys)
         assert set(base.per_scenario) == set(final.per_scenario) and len(base.per_scenario) == EVAL_QUESTIONS
         assert base.trials == final.trials == EVAL_TRIES and set(final.pass_k) == set(range(1, EVAL_TRIES + 1))
         gaps[seed] = final.reward - base.reward
-        print(f"seed {seed}: base {base.reward:.3f} (pass^{EVAL_TRIES} {base.pass_k[EVAL_TRIES]:.3f}) -> "
-              f"step {final.step} {final.reward:.3f} (pass^{EVAL_TRIES} {final.pass_k[EVAL_TRIES]:.3f})")  # fmt: skip
+        print(
+            f"seed {seed}: base {base.reward:.3f} (pass^{EVAL_TRIES} {base.pass_k[EVAL_TRIES]:.3f}) -> "
+            f"step {final.step} {final.reward:.3f} (pass^{EVAL_TRIES} {final.pass_k[EVAL_TRIES]:.3f})"
+        )
         assert 0.1 < base.reward < 0.45, "the untrained model should be near chance (1 in 4)"
         assert final.reward >= base.reward + MARGIN, gaps
         assert final.pass_k[EVAL_TRIES] > base.pass_k[EVAL_TRIES]
@@ -74,7 +78,9 @@ def test_demo_prints_both_evaluations_and_leaves_its_artifacts(demo_runs, tiny_m
     table = _artifact(artifact_key("demo", "agent-001", "metrics"))
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert list(rows[0])[:2] == ["step", "train/reward"]
-    assert all(len(repr(v).split(".")[-1]) <= 3 for r in rows for v in r.values() if isinstance(v, float) and abs(v) >= 1e-3)
+    assert all(
+        len(repr(v).split(".")[-1]) <= 3 for r in rows for v in r.values() if isinstance(v, float) and abs(v) >= 1e-3
+    )
     compare = _artifact(artifact_key("demo", "agent-001", "eval-compare"))
     assert "(baseline)" in compare.data and "pass^3" in compare.data
 

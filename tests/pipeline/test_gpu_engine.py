@@ -10,8 +10,9 @@ import pytest
 pytestmark = [pytest.mark.gpu, pytest.mark.vllm]
 
 
-def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(prefect_api, tmp_path, tiny_model_path,
-                                                                         monkeypatch):  # fmt: skip
+def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(
+    prefect_api, tmp_path, tiny_model_path, monkeypatch
+):
     import art_core.training.trainer as trainer
     from art_core.serving import PROCESS_POOL
     from flows.config import RunConfig
@@ -25,10 +26,19 @@ def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(prefec
         return real(**kwargs)
 
     monkeypatch.setattr(trainer, "train_step", spy)
-    cfg = RunConfig(project="gpu", model="agent", base_model=tiny_model_path, storage_url=str(tmp_path / "art"),
-                    environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=2,
-                    groups_per_step=2, group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-                    sampling={"max_tokens": 8}, report_to_wandb=False)  # fmt: skip
+    cfg = RunConfig(
+        project="gpu",
+        model="agent",
+        base_model=tiny_model_path,
+        storage_url=str(tmp_path / "art"),
+        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+        steps=2,
+        groups_per_step=2,
+        group_size=4,
+        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+        sampling={"max_tokens": 8},
+        report_to_wandb=False,
+    )
     try:
         summary = train(cfg)
         assert all(not s.is_sleeping() for s in PROCESS_POOL.servers()), "the server was not woken after training"

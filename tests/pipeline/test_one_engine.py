@@ -19,10 +19,21 @@ pytestmark = pytest.mark.vllm
 
 
 def run_config(model_path: str, root: str, inference_url: str | None, name: str, **update) -> RunConfig:
-    cfg = dict(project="engine", model=name, base_model=model_path, storage_url=root, inference_url=inference_url,
-               environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=3, groups_per_step=2,
-               group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"}, sampling={"max_tokens": 8},
-               eval_every=0, report_to_wandb=False)  # fmt: skip
+    cfg = dict(
+        project="engine",
+        model=name,
+        base_model=model_path,
+        storage_url=root,
+        inference_url=inference_url,
+        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+        steps=3,
+        groups_per_step=2,
+        group_size=4,
+        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+        sampling={"max_tokens": 8},
+        eval_every=0,
+        report_to_wandb=False,
+    )
     cfg.update(update)
     return RunConfig(**cfg)
 
@@ -52,12 +63,19 @@ def test_lora_rank_16_trains_three_steps_sampling_each_new_adapter_and_sleeping_
 
     events: list[str] = []
     real_sleep, real_wake, real_train = VLLMServer.sleep, VLLMServer.wake_up, trainer.train_step
-    monkeypatch.setattr(VLLMServer, "sleep", lambda self, *a, **k: (events.append("sleep"), real_sleep(self, *a, **k))[1])
+    monkeypatch.setattr(
+        VLLMServer, "sleep", lambda self, *a, **k: (events.append("sleep"), real_sleep(self, *a, **k))[1]
+    )
     monkeypatch.setattr(VLLMServer, "wake_up", lambda self: (events.append("wake"), real_wake(self))[1])
     monkeypatch.setattr(trainer, "train_step", lambda **k: (events.append("train"), real_train(**k))[1])
     root = str(tmp_path / "art")
-    cfg = run_config(tiny_model_path, root, None, "wide", train={"learning_rate": 2e-3, "old_logprobs": "recompute",
-                                                                 "lora_rank": 16, "lora_alpha": 32})  # fmt: skip
+    cfg = run_config(
+        tiny_model_path,
+        root,
+        None,
+        "wide",
+        train={"learning_rate": 2e-3, "old_logprobs": "recompute", "lora_rank": 16, "lora_alpha": 32},
+    )
     try:
         summary = train(cfg)
         servers = PROCESS_POOL.servers()
@@ -126,8 +144,14 @@ def test_library_and_pipeline_serve_the_same_names_and_resume_each_others_checkp
         assert {"shared@1", "shared"} <= set(vllm_server.served_models())
         env = load_environment("tic-tac-toe", constrain_moves=True)
         endpoint = Endpoint(base_url=model.inference_base_url, api_key=model.inference_api_key, base_name="tiny")
-        groups = await rollout_groups(env, endpoint, model.get_inference_name(), scenarios_for_step(env, "train", 1, 2),
-                                      4, sampling={"max_tokens": 8})  # fmt: skip
+        groups = await rollout_groups(
+            env,
+            endpoint,
+            model.get_inference_name(),
+            scenarios_for_step(env, "train", 1, 2),
+            4,
+            sampling={"max_tokens": 8},
+        )
         result = await model.train(groups, config=TrainConfig(**cfg.train.model_dump()))
         assert model.get_inference_name() == "shared@2"
         await backend.close()

@@ -27,7 +27,9 @@ DEPLOYMENT = "train-step/gpu"
 
 
 def _cli(args: list[str], env: dict, timeout: float = 300) -> str:
-    r = subprocess.run([PREFECT, "--no-prompt", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [PREFECT, "--no-prompt", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert r.returncode == 0, f"prefect {' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     return r.stdout
 
@@ -42,8 +44,13 @@ def gpu_worker(prefect_api, s3_server, tmp_path_factory):
     _cli(["work-pool", "set-concurrency-limit", "art-gpu", "1"], env)
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     with open(log_path, "w") as log:  # the worker starts while the deployment is made (it only polls till then)
-        worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "art-gpu", "--name", "gpu-worker-test"],
-                                  cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        worker = subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", "art-gpu", "--name", "gpu-worker-test"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _cli(["deploy", "--name", "gpu", "--prefect-file", "deployments/prefect.yaml"], env)
         print(f"pool + deployment + worker started in {time.perf_counter() - t0:.1f}s")
@@ -61,11 +68,21 @@ def _run_config(s3_root: str, tiny_model_path: str, inference_url: str):
     """One tiny step of tic-tac-toe (moves constrained) whose train step goes to the art-gpu pool."""
     from flows.config import RunConfig
 
-    return RunConfig(project="remote", model="agent", base_model=tiny_model_path, storage_url=s3_root,
-                     inference_url=inference_url, environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-                     steps=1, groups_per_step=2, group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-                     sampling={"temperature": 1.0, "max_tokens": 8}, report_to_wandb=False,
-                     scale={"train_deployment": DEPLOYMENT})  # fmt: skip
+    return RunConfig(
+        project="remote",
+        model="agent",
+        base_model=tiny_model_path,
+        storage_url=s3_root,
+        inference_url=inference_url,
+        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+        steps=1,
+        groups_per_step=2,
+        group_size=4,
+        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+        sampling={"temperature": 1.0, "max_tokens": 8},
+        report_to_wandb=False,
+        scale={"train_deployment": DEPLOYMENT},
+    )
 
 
 @flow(name="train-remotely")
@@ -85,8 +102,9 @@ def _child_runs(client, deployment_id) -> list:
 
 
 @pytest.mark.vllm
-def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s3_root, tiny_model_path, vllm_endpoint,
-                                                                   monkeypatch):  # fmt: skip
+def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(
+    gpu_worker, s3_root, tiny_model_path, vllm_endpoint, monkeypatch
+):
     from prefect.client.orchestration import get_client
 
     from flows.train import train
@@ -144,8 +162,10 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(gpu_worker, s
     assert "'remote-agent-step-2'" in message and "ended Failed" in message and "missing or unreadable" in message
     assert "prefect worker start --pool art-gpu" in message
     assert not store.is_complete(2)
-    print(f"remote train step: {first_seconds:.1f}s; again (checkpoint exists): {second_seconds:.1f}s; "
-          f"failing step: {failed_seconds:.1f}s")
+    print(
+        f"remote train step: {first_seconds:.1f}s; again (checkpoint exists): {second_seconds:.1f}s; "
+        f"failing step: {failed_seconds:.1f}s"
+    )
 
 
 def test_local_storage_is_warned_about(gpu_worker, tmp_path, caplog):

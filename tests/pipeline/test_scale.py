@@ -19,9 +19,19 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 def config(model_path: str, storage: str, name: str, **update) -> RunConfig:
     """Tiny steps of tic-tac-toe, unconstrained (the trainer uses the sampler's logprobs)."""
-    cfg = dict(project="scale", model=name, base_model=model_path, storage_url=storage, steps=3, groups_per_step=2,
-               group_size=4, environment={"name": "tic-tac-toe"}, train={"learning_rate": 1e-3},
-               sampling={"max_tokens": 8}, report_to_wandb=False)  # fmt: skip
+    cfg = dict(
+        project="scale",
+        model=name,
+        base_model=model_path,
+        storage_url=storage,
+        steps=3,
+        groups_per_step=2,
+        group_size=4,
+        environment={"name": "tic-tac-toe"},
+        train={"learning_rate": 1e-3},
+        sampling={"max_tokens": 8},
+        report_to_wandb=False,
+    )
     cfg.update(update)
     return RunConfig(**cfg)
 
@@ -44,15 +54,17 @@ def structure(storage: str, cfg: RunConfig) -> dict:
     groups = {s: store.read_groups(store.trajectories("train", s)) for s in range(cfg.steps)}
     return {
         "checkpoints": store.checkpoint_steps(),
-        "history": sorted((r["step"], r.get("phase", ""), tuple(sorted(k for k in r if k.startswith("train/")))) for r in records),
+        "history": sorted(
+            (r["step"], r.get("phase", ""), tuple(sorted(k for k in r if k.startswith("train/")))) for r in records
+        ),
         "groups": {s: (len(g), sorted(len(x.trajectories) + len(x.exceptions) for x in g)) for s, g in groups.items()},
-    }  # fmt: skip
+    }
 
 
 def served_requests(base_url: str) -> float:
     """Requests a vLLM server finished, from its Prometheus counters."""
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=30).text
-    return sum(float(v) for v in re.findall(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$', text, re.M))
+    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
 def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_model_path, s3_root, session_server):
@@ -74,8 +86,12 @@ def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_mod
     assert len(counts) == 2 and all(c >= 4 for c in counts.values()), f"requests per replica: {counts}"
     assert structure(f"{s3_root}/ray", ray_cfg) == structure(f"{s3_root}/one", one)
     store = Storage(f"{s3_root}/ray").model("scale", "agent")
-    served_by = {t.metadata["replica"] for s in range(3) for g in store.read_groups(store.trajectories("train", s))
-                 for t in g.trajectories}  # fmt: skip
+    served_by = {
+        t.metadata["replica"]
+        for s in range(3)
+        for g in store.read_groups(store.trajectories("train", s))
+        for t in g.trajectories
+    }
     assert served_by == set(counts), "every replica served trajectories, and nothing else did"
 
 
@@ -115,8 +131,9 @@ def test_two_runs_on_one_device_slot_queue(prefect_api, tiny_model_path, tmp_pat
     summaries = {}
 
     def run(name: str, steps: int) -> None:
-        cfg = config(tiny_model_path, str(tmp_path), name, inference_url=session_server, steps=steps,
-                     scale={"device_slot": slot})  # fmt: skip
+        cfg = config(
+            tiny_model_path, str(tmp_path), name, inference_url=session_server, steps=steps, scale={"device_slot": slot}
+        )
         summaries[name] = train(cfg)
 
     first = threading.Thread(target=run, args=("first", 2))

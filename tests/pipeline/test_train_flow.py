@@ -26,10 +26,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_config(model_path: str, storage_url: str, inference_url: str, name: str = "agent", **update) -> RunConfig:
     """Three tiny steps of tic-tac-toe (moves constrained, so rewards vary and GRPO has a signal)."""
-    cfg = dict(project="pipe", model=name, base_model=model_path, storage_url=storage_url, inference_url=inference_url,
-               environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}}, steps=3, groups_per_step=2,
-               group_size=4, train={"learning_rate": 2e-3, "old_logprobs": "recompute"}, sampling={"max_tokens": 8}, eval_every=3,
-               eval={"scenarios": 2, "trials": 2}, report_to_wandb=False)  # fmt: skip
+    cfg = dict(
+        project="pipe",
+        model=name,
+        base_model=model_path,
+        storage_url=storage_url,
+        inference_url=inference_url,
+        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
+        steps=3,
+        groups_per_step=2,
+        group_size=4,
+        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
+        sampling={"max_tokens": 8},
+        eval_every=3,
+        eval={"scenarios": 2, "trials": 2},
+        report_to_wandb=False,
+    )
     cfg.update(update)
     return RunConfig(**cfg)
 
@@ -126,14 +138,16 @@ def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained
     assert states["evaluate step 3 on val"] == "Cached"
     assert _vllm_requests(vllm_server) == requests_before, "the re-run sent requests to the model"
     after = s3_objects(cfg.storage_url)
-    rewritten = [k for k, etag in objects_before.items() if "/checkpoints/" in k or "/trajectories/" in k
-                 if after.get(k) != etag]  # fmt: skip
+    rewritten = [
+        k for k, etag in objects_before.items() if "/checkpoints/" in k or "/trajectories/" in k if after.get(k) != etag
+    ]
     assert rewritten == []
     assert elapsed < 60
 
 
-def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s3_root, tiny_model_path, vllm_endpoint,
-                                                                   monkeypatch):  # fmt: skip
+def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(
+    prefect_api, s3_root, tiny_model_path, vllm_endpoint, monkeypatch
+):
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     cfg = run_config(tiny_model_path, s3_root, vllm_endpoint.base_url, name="killed")
     run_name = f"kill-{uuid.uuid4().hex[:8]}"
@@ -143,8 +157,14 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s
         f"train.with_options(flow_run_name={run_name!r})(RunConfig.model_validate_json(sys.argv[1]))\n"
     )
     env = dict(os.environ, PREFECT_API_URL=prefect_api)
-    proc = subprocess.Popen([sys.executable, "-c", script, cfg.model_dump_json()], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, cfg.model_dump_json()],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _wait_for_task(run_name, "gather step 2", proc, timeout=300)
         os.kill(proc.pid, signal.SIGKILL)  # during step 2: its rollouts are done, scoring/training under way
@@ -175,15 +195,24 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(prefect_api, s
     assert kept and all(after.get(k) == before[k] for k in kept), "work finished before the kill was redone"
 
 
-def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(prefect_api, tmp_path, tiny_model_path,
-                                                                             vllm_endpoint, monkeypatch):  # fmt: skip
+def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(
+    prefect_api, tmp_path, tiny_model_path, vllm_endpoint, monkeypatch
+):
     from tasks import JudgeError
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     judge = {"model": "hosted_vllm/judge", "api_base": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5}
     # Free-text moves, so a group's rollouts differ: RULER asks no judge about a group of identical ones.
-    cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_endpoint.base_url, name="judged", judge=judge, steps=1,
-                     eval_every=0, environment={"name": "tic-tac-toe"})  # fmt: skip
+    cfg = run_config(
+        tiny_model_path,
+        str(tmp_path / "art"),
+        vllm_endpoint.base_url,
+        name="judged",
+        judge=judge,
+        steps=1,
+        eval_every=0,
+        environment={"name": "tic-tac-toe"},
+    )
     with pytest.raises(JudgeError) as e:
         run_flow(cfg)
     message = str(e.value)
@@ -197,21 +226,30 @@ def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(pr
     for var in ("ART_JUDGE_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     before = kept.stat().st_mtime_ns
-    no_key = cfg.model_copy(update={"judge": cfg.judge.model_copy(update={"model": "openai/gpt-4o-mini", "api_base": None})})
+    no_key = cfg.model_copy(
+        update={"judge": cfg.judge.model_copy(update={"model": "openai/gpt-4o-mini", "api_base": None})}
+    )
     with pytest.raises(JudgeError, match="ART_JUDGE_API_KEY") as e:
         run_flow(no_key)
     assert "api_key" in str(e.value).lower() and kept.stat().st_mtime_ns == before
 
 
-def test_ruler_judge_rescores_the_groups_the_step_trains_on(prefect_api, tmp_path, tiny_model_path, vllm_endpoint,
-                                                            monkeypatch):  # fmt: skip
+def test_ruler_judge_rescores_the_groups_the_step_trains_on(
+    prefect_api, tmp_path, tiny_model_path, vllm_endpoint, monkeypatch
+):
     """The session's vLLM server judges (a random model under RULER's JSON schema, so scores are valid)."""
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     monkeypatch.setenv("ART_JUDGE_API_KEY", vllm_endpoint.api_key or "")
-    judge = {"model": f"openai/{vllm_endpoint.model}", "api_base": vllm_endpoint.base_url, "max_retries": 4,
-             "explanation_max_chars": 40, "litellm_params": {"temperature": 1.0, "max_tokens": 2000}}  # fmt: skip
-    cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_endpoint.base_url, name="ruled", judge=judge, steps=1,
-                     eval_every=0)  # fmt: skip
+    judge = {
+        "model": f"openai/{vllm_endpoint.model}",
+        "api_base": vllm_endpoint.base_url,
+        "max_retries": 4,
+        "explanation_max_chars": 40,
+        "litellm_params": {"temperature": 1.0, "max_tokens": 2000},
+    }
+    cfg = run_config(
+        tiny_model_path, str(tmp_path / "art"), vllm_endpoint.base_url, name="ruled", judge=judge, steps=1, eval_every=0
+    )
     summary, _ = run_flow(cfg)
     from art_core.storage import Storage
 
@@ -229,8 +267,9 @@ def _vllm_requests(server) -> float:
     import httpx
 
     text = httpx.get(f"{server.root_url}/metrics", headers=server.headers(), timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:request_success_total"))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+    )
 
 
 def _wait_for_task(flow_run_name: str, task_name: str, proc: subprocess.Popen, timeout: float) -> None:
@@ -338,8 +377,9 @@ def test_lost_cache_still_neither_rolls_out_nor_trains_finished_steps(trained, v
 
 
 @pytest.mark.filterwarnings("ignore:Logger 'prefect.task_runs' attempted to send logs")  # a task called outside a flow
-def test_gather_reuses_its_own_rollouts_when_the_cache_record_is_missing(prefect_api, tmp_path, tiny_model_path,
-                                                                         vllm_server, monkeypatch):  # fmt: skip
+def test_gather_reuses_its_own_rollouts_when_the_cache_record_is_missing(
+    prefect_api, tmp_path, tiny_model_path, vllm_server, monkeypatch
+):
     """The window a SIGKILL can hit: rollouts written, Prefect's cache record not yet committed."""
     import shutil
 

@@ -42,7 +42,12 @@ def test_parse_and_merge_overrides():
     from flows.overrides import deep_merge, missing_fields, parse_assignments
 
     over = parse_assignments(["steps=12", "train.learning_rate=0.02", "environment.options.seed=2", "model=agent-002"])
-    assert over == {"steps": 12, "train": {"learning_rate": 0.02}, "environment": {"options": {"seed": 2}}, "model": "agent-002"}
+    assert over == {
+        "steps": 12,
+        "train": {"learning_rate": 0.02},
+        "environment": {"options": {"seed": 2}},
+        "model": "agent-002",
+    }
     base = _prefect_yaml()["definitions"]["run"]
     merged = deep_merge(base, over)
     assert merged["train"] == {**base["train"], "learning_rate": 0.02}  # old_logprobs kept
@@ -74,10 +79,18 @@ def test_partial_override_merges_with_the_deployments_config(demo_deployment, pr
         sent = client.read_flow_run(flow_run.id).parameters["config"]
         client.delete_flow_run(flow_run.id)
     assert sent["steps"] == 12 and sent["train"] == {**run["train"], "learning_rate": 0.02}
-    assert {k: v for k, v in sent.items() if k not in ("steps", "train")} == {k: v for k, v in run.items() if k not in ("steps", "train")}
+    assert {k: v for k, v in sent.items() if k not in ("steps", "train")} == {
+        k: v for k, v in run.items() if k not in ("steps", "train")
+    }
     # The command line does the same.
-    r = subprocess.run([sys.executable, "-m", "flows.overrides", name, "steps=4", "sampling.max_tokens=6"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PREFECT_API_URL=prefect_api))  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "flows.overrides", name, "steps=4", "sampling.max_tokens=6"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PREFECT_API_URL=prefect_api),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert '"steps": 4' in r.stdout and "flow run" in r.stdout
 
@@ -101,8 +114,13 @@ def test_a_run_that_replaces_the_whole_config_warns(demo_deployment, caplog):
     def probe(config: dict) -> list[str]:
         return warn_if_config_replaced()
 
-    whole = {"project": run["project"], "model": "agent-002", "base_model": run["base_model"], "steps": 5,
-             "environment": {"name": run["environment"]["name"]}}  # fmt: skip
+    whole = {
+        "project": run["project"],
+        "model": "agent-002",
+        "base_model": run["base_model"],
+        "steps": 5,
+        "environment": {"name": run["environment"]["name"]},
+    }
     run_logs = logging.getLogger("prefect.flow_runs")  # Prefect's loggers do not propagate to caplog's root handler
     run_logs.addHandler(caplog.handler)
     try:
@@ -126,10 +144,17 @@ def test_metrics_table_leads_with_reward_and_rounds():
     from art_core.reporting import display_table, metrics_table
 
     history = [
-        {"step": 1, "recorded_at": 1.0, "train/loss": 0.0123456, "train/kl_to_sampler": 3.2e-7, "train/reward": 0.2512345,
-         "train/reward_max": 1.0, "train/seconds": 1.23456},
+        {
+            "step": 1,
+            "recorded_at": 1.0,
+            "train/loss": 0.0123456,
+            "train/kl_to_sampler": 3.2e-7,
+            "train/reward": 0.2512345,
+            "train/reward_max": 1.0,
+            "train/seconds": 1.23456,
+        },
         {"step": 1, "recorded_at": 2.0, "val/reward": 0.61, "val/pass^2": 0.333333333, "val/pass^1": 0.5},
-    ]  # fmt: skip
+    ]
     (row,) = display_table(metrics_table(history))
     assert list(row)[:6] == ["step", "train/reward", "val/reward", "val/pass^1", "val/pass^2", "train/reward_max"]
     assert row["train/reward"] == 0.251 and row["val/pass^2"] == 0.333 and row["train/seconds"] == 1.235
@@ -138,9 +163,17 @@ def test_metrics_table_leads_with_reward_and_rounds():
 
 def test_own_tasks_module_is_named_in_the_error(tmp_path):
     (tmp_path / "tasks.py").write_text("print('a user module')\n")
-    r = subprocess.run([sys.executable, "-c", "import flows.retrain"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", "import flows.retrain"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert r.returncode != 0
     assert f"`import tasks` finds {tmp_path / 'tasks.py'}" in r.stderr and "Rename" in r.stderr
-    ok = subprocess.run([sys.executable, "-c", "import flows.retrain"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-c", "import flows.retrain"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stderr[-2000:]

@@ -31,7 +31,14 @@ ENDINGS = [
 ]
 
 TOOLS = [
-    {"type": "function", "function": {"name": name, "description": desc, "parameters": {"type": "object", "properties": {p: {"type": "string"} for p in params}}}}
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": {p: {"type": "string"} for p in params}},
+        },
+    }
     for name, desc, params in [
         ("find_user_id_by_email", "Find a user id by email.", ["email"]),
         ("get_order_details", "Status and items of an order.", ["order_id"]),
@@ -49,14 +56,18 @@ def tool_call_choice(name: str, args: dict[str, Any], call_id: str, text: str | 
             "message": {
                 "role": "assistant",
                 "content": text,
-                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                ],
             },
         }
     )
 
 
 def text_choice(text: str) -> Choice:
-    return Choice.model_validate({"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
+    return Choice.model_validate(
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+    )
 
 
 def retail_trajectory(k: int, ending: str, cancels: bool, reward: float = 0.0) -> Trajectory:
@@ -73,7 +84,9 @@ def retail_trajectory(k: int, ending: str, cancels: bool, reward: float = 0.0) -
     ]
     if cancels:
         msgs += [
-            tool_call_choice("cancel_pending_order", {"order_id": "#W2611340", "reason": "ordered by mistake"}, f"call_{k}_c"),
+            tool_call_choice(
+                "cancel_pending_order", {"order_id": "#W2611340", "reason": "ordered by mistake"}, f"call_{k}_c"
+            ),
             {"role": "tool", "tool_call_id": f"call_{k}_c", "content": json.dumps({**ORDER, "status": "cancelled"})},
         ]
     msgs.append(text_choice(ending))

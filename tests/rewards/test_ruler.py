@@ -87,8 +87,11 @@ async def test_a_refused_request_is_not_retried(fake_judge: FakeJudge, judge_opt
 
 async def test_gather_drops_only_the_group_the_judge_failed(fake_judge: FakeJudge, judge_options):
     fake_judge.fail_marker = "ORDER-OF-DOOM"
-    groups = [retail_group(GRADED, scenario="a"), retail_group(GRADED[:2] + [("ORDER-OF-DOOM", False)], scenario="b"),
-              retail_group(GRADED[1:], scenario="c")]
+    groups = [
+        retail_group(GRADED, scenario="a"),
+        retail_group(GRADED[:2] + [("ORDER-OF-DOOM", False)], scenario="b"),
+        retail_group(GRADED[1:], scenario="c"),
+    ]
     opts = dict(judge_options, max_retries=1)
 
     kept = await gather_trajectory_groups(

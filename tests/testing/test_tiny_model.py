@@ -28,7 +28,9 @@ CONVERSATION = [
     {
         "role": "assistant",
         "content": "",
-        "tool_calls": [{"type": "function", "function": {"name": "cancel_pending_order", "arguments": {"order_id": "#W123"}}}],
+        "tool_calls": [
+            {"type": "function", "function": {"name": "cancel_pending_order", "arguments": {"order_id": "#W123"}}}
+        ],
     },
     {"role": "tool", "content": '{"status": "cancelled"}'},
     {"role": "assistant", "content": "Your order is cancelled."},
@@ -63,9 +65,9 @@ def test_chat_template_renders_tool_calls_and_results(tiny):
 
     tok = AutoTokenizer.from_pretrained(tiny)
     text = tok.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False)
-    assert "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"cancel_pending_order\"" in text  # schema offered
+    assert '<tools>\n{"type": "function", "function": {"name": "cancel_pending_order"' in text  # schema offered
     assert '<tool_call>\n{"name": "cancel_pending_order", "arguments": {"order_id": "#W123"}}\n</tool_call>' in text
-    assert "<tool_response>\n{\"status\": \"cancelled\"}\n</tool_response>" in text
+    assert '<tool_response>\n{"status": "cancelled"}\n</tool_response>' in text
     assert text.count("<|im_start|>assistant") == 2
     # Every special marker is one token, so the tool-call parser can find it.
     for marker in ("<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>"):
@@ -76,7 +78,7 @@ def test_tokenizer_reloads_identically(tiny, tmp_path):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny)
-    text = "Héllo wörld! Order #W1234567 costs $1,299.99\n\n  <tool_call>{\"a\": 1}</tool_call> 東京"
+    text = 'Héllo wörld! Order #W1234567 costs $1,299.99\n\n  <tool_call>{"a": 1}</tool_call> 東京'
     tok.save_pretrained(tmp_path)
     again = AutoTokenizer.from_pretrained(tmp_path)
     assert tok(text)["input_ids"] == again(text)["input_ids"]
@@ -128,14 +130,23 @@ def test_context_is_16k_positions(tiny):
 def test_command_line_builds_the_same_model(tiny, tmp_path):
     """The train flow's hint for a missing base model, `python -m art_core.testing.tiny_model PATH`, builds it."""
     out = tmp_path / "cli" / "tiny"
-    r = subprocess.run([sys.executable, "-m", "art_core.testing.tiny_model", str(out)], capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "art_core.testing.tiny_model", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TOKENIZERS_PARALLELISM="false"),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"in {out}" in r.stdout and "context 16384" in r.stdout
     assert "RuntimeWarning" not in r.stderr  # runpy warns when the package imported the module first
     assert digest(out) == digest(tiny)
-    bad = subprocess.run([sys.executable, "-m", "art_core.testing.tiny_model", str(tmp_path / "x"), "--size", "huge"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "art_core.testing.tiny_model", str(tmp_path / "x"), "--size", "huge"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "invalid choice: 'huge'" in bad.stderr
 
 
@@ -150,6 +161,7 @@ async def test_vllm_serves_a_prompt_of_12k_tokens(vllm_endpoint, tiny_model_path
     prompt = " ".join(words[:12000])
     assert 11000 < len(tok(prompt)["input_ids"]) < 16000
     client = AsyncOpenAI(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key or "none", max_retries=0)
-    r = await client.chat.completions.create(model=vllm_endpoint.model, messages=[{"role": "user", "content": prompt}],
-                                             max_tokens=4, temperature=1.0)  # fmt: skip
+    r = await client.chat.completions.create(
+        model=vllm_endpoint.model, messages=[{"role": "user", "content": prompt}], max_tokens=4, temperature=1.0
+    )
     assert r.usage.prompt_tokens > 11000 and r.usage.completion_tokens >= 1

@@ -16,19 +16,33 @@ from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenL
 from art_core.trajectories import Trajectory, TrajectoryGroup
 
 
-def make_choice(ids: list[int], logprobs: list[float], content: str = "", tool_calls: list | None = None,
-                finish_reason: str = "stop") -> Choice:
+def make_choice(
+    ids: list[int],
+    logprobs: list[float],
+    content: str = "",
+    tool_calls: list | None = None,
+    finish_reason: str = "stop",
+) -> Choice:
     """A Choice as vLLM returns it: the text, and per token "token_id:N" with its logprob."""
-    items = [ChatCompletionTokenLogprob(token=f"token_id:{i}", logprob=lp, bytes=None, top_logprobs=[])
-             for i, lp in zip(ids, logprobs)]
+    items = [
+        ChatCompletionTokenLogprob(token=f"token_id:{i}", logprob=lp, bytes=None, top_logprobs=[])
+        for i, lp in zip(ids, logprobs)
+    ]
     message = ChatCompletionMessage(role="assistant", content=content, tool_calls=tool_calls)
     if tool_calls:
         finish_reason = "tool_calls"
     return Choice(index=0, finish_reason=finish_reason, message=message, logprobs=ChoiceLogprobs(content=items))
 
 
-def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new_tokens: int,
-                  reward: Callable[[list[int]], float], seed: int) -> list[TrajectoryGroup]:
+def sample_groups(
+    model,
+    tokenizer,
+    prompts: list[str],
+    group_size: int,
+    max_new_tokens: int,
+    reward: Callable[[list[int]], float],
+    seed: int,
+) -> list[TrajectoryGroup]:
     """Sample `group_size` completions per prompt from the full distribution (temperature 1, no top-k)."""
     import torch
 
@@ -41,9 +55,17 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
         inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(
-                **inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-                num_return_sequences=group_size, output_logits=True, return_dict_in_generate=True,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+                **inputs,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=group_size,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos,
             )
         n_prompt = inputs["input_ids"].shape[1]
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [G, T, V]
@@ -53,8 +75,12 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, max_new
             if eos in ids:
                 ids = ids[: ids.index(eos) + 1]
             lps = [float(logp[g, t, tok]) for t, tok in enumerate(ids)]
-            choice = make_choice(ids, lps, content=tokenizer.decode(ids, skip_special_tokens=True),
-                                 finish_reason="stop" if ids[-1] == eos else "length")
+            choice = make_choice(
+                ids,
+                lps,
+                content=tokenizer.decode(ids, skip_special_tokens=True),
+                finish_reason="stop" if ids[-1] == eos else "length",
+            )
             trajectories.append(Trajectory(messages_and_choices=[*messages, choice], reward=reward(ids)))
         groups.append(TrajectoryGroup(trajectories))
     return groups

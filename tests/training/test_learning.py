@@ -56,9 +56,13 @@ def test_grpo_with_lora_raises_the_reward_with_transformers_sampling(sharpened_m
     train_step(base_model=sharpened_model, groups=[], config=config, storage=store, project="p", name="hf", step=0)
     for step in range(1, 13):
         policy = _CACHE[sharpened_model].model  # the LoRA model as trained so far
-        groups = sample_groups(policy, tokenizer, PROMPTS, 8, 16, lambda ids: sum(i in targets for i in ids) / len(ids), seed=step)
+        groups = sample_groups(
+            policy, tokenizer, PROMPTS, 8, 16, lambda ids: sum(i in targets for i in ids) / len(ids), seed=step
+        )
         rewards.append(sum(g.rewards()[i] for g in groups for i in range(len(g))) / 32)
-        train_step(base_model=sharpened_model, groups=groups, config=config, storage=store, project="p", name="hf", step=step)
+        train_step(
+            base_model=sharpened_model, groups=groups, config=config, storage=store, project="p", name="hf", step=step
+        )
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     print(f"transformers sampling: mean reward first 3 steps {first:.3f}, last 3 steps {last:.3f}")
     assert last > first + 0.06 and last > 1.5 * first, rewards
@@ -68,8 +72,11 @@ def test_grpo_with_lora_raises_the_reward_with_transformers_sampling(sharpened_m
 async def test_grpo_with_lora_raises_the_reward_through_vllm(sharpened_model, tmp_path):
     from art_core.local_backend import LocalBackend
 
-    backend = LocalBackend(path=str(tmp_path / "store"), cache_dir=str(tmp_path / "cache"),
-                           server_config={"seed": 0, "log_path": str(tmp_path / "vllm.log")})
+    backend = LocalBackend(
+        path=str(tmp_path / "store"),
+        cache_dir=str(tmp_path / "cache"),
+        server_config={"seed": 0, "log_path": str(tmp_path / "vllm.log")},
+    )
     model = TrainableModel(name="learner", project="learning", base_model=sharpened_model)
     config = TrainConfig(learning_rate=3e-2, seed=0)
     rewards = []
@@ -81,19 +88,28 @@ async def test_grpo_with_lora_raises_the_reward_through_vllm(sharpened_model, tm
         async def group(prompt: str, step: int) -> TrajectoryGroup:
             messages = [{"role": "user", "content": prompt}]
             r = await client.chat.completions.create(
-                model=model.get_inference_name(), messages=messages, n=8, max_tokens=16, temperature=1.0,
-                seed=1000 * step + PROMPTS.index(prompt), logprobs=True,
+                model=model.get_inference_name(),
+                messages=messages,
+                n=8,
+                max_tokens=16,
+                temperature=1.0,
+                seed=1000 * step + PROMPTS.index(prompt),
+                logprobs=True,
                 extra_body={"return_tokens_as_token_ids": True},
-            )  # fmt: skip
-            return TrajectoryGroup(Trajectory(messages_and_choices=[*messages, c], reward=share_in(c, targets)) for c in r.choices)
+            )
+            return TrajectoryGroup(
+                Trajectory(messages_and_choices=[*messages, c], reward=share_in(c, targets)) for c in r.choices
+            )
 
         for step in range(STEPS):
             groups = await asyncio.gather(*(group(p, step) for p in PROMPTS))
             rewards.append(sum(t.reward for g in groups for t in g) / sum(len(g) for g in groups))
             result = await model.train(groups, config)
             assert result.step == step + 1 and model.get_inference_name() == f"learner@{step + 1}"
-            print(f"step {step}: reward {rewards[-1]:.3f} loss {result.metrics['loss']:.4f} "
-                  f"kl_to_sampler {result.metrics['kl_to_sampler']:.5f} seconds {result.metrics['seconds']:.2f}")
+            print(
+                f"step {step}: reward {rewards[-1]:.3f} loss {result.metrics['loss']:.4f} "
+                f"kl_to_sampler {result.metrics['kl_to_sampler']:.5f} seconds {result.metrics['seconds']:.2f}"
+            )
     finally:
         await backend.close()
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3

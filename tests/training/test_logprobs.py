@@ -31,7 +31,9 @@ def test_chunked_equals_plain_with_gradients(bias, chunk):
     hidden, targets = torch.randn(50, 32), torch.randint(0, 300, (50,))
     upstream = torch.randn(50)
     want = _grads(_plain, hidden, head, targets, upstream)
-    got = _grads(lambda h, m, t: token_logprobs(h, m, t, with_entropy=True, chunk_tokens=chunk), hidden, head, targets, upstream)
+    got = _grads(
+        lambda h, m, t: token_logprobs(h, m, t, with_entropy=True, chunk_tokens=chunk), hidden, head, targets, upstream
+    )
     for a, b in zip(want[:3], got[:3]):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
     for name in want[3]:
@@ -43,7 +45,9 @@ def test_a_head_that_is_not_a_plain_linear_takes_the_checkpointed_path():
     head = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 90))
     hidden, targets, upstream = torch.randn(20, 16), torch.randint(0, 90, (20,)), torch.randn(20)
     want = _grads(_plain, hidden, head, targets, upstream)
-    got = _grads(lambda h, m, t: token_logprobs(h, m, t, with_entropy=True, chunk_tokens=6), hidden, head, targets, upstream)
+    got = _grads(
+        lambda h, m, t: token_logprobs(h, m, t, with_entropy=True, chunk_tokens=6), hidden, head, targets, upstream
+    )
     for a, b in zip(want[:3], got[:3]):
         assert torch.allclose(a, b, atol=1e-5)
     assert all(torch.allclose(want[3][n], got[3][n], atol=1e-5) for n in want[3])

@@ -46,7 +46,9 @@ def test_k3_kl_penalty_adds_its_value_and_gradient():
     new, old, adv = _batch()
     ref = torch.tensor([math.log(0.25), math.log(0.3), math.log(0.15)])  # d = ref - new = log .5, 0, 0
     w = torch.full((3,), 1 / 3)
-    loss, stats = grpo_loss("clipped_ratio", new, old, adv, w, epsilon=0.2, epsilon_high=0.2, beta=0.1, ref_logprobs=ref)
+    loss, stats = grpo_loss(
+        "clipped_ratio", new, old, adv, w, epsilon=0.2, epsilon_high=0.2, beta=0.1, ref_logprobs=ref
+    )
     k3 = 0.5 - math.log(0.5) - 1  # exp(d) - d - 1 = 0.193147
     assert loss.item() == pytest.approx((-1.2 + 1.0 + 1.6 + 0.1 * k3) / 3, abs=1e-6)
     assert stats.kl == pytest.approx(k3, abs=1e-6)

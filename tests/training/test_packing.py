@@ -16,8 +16,12 @@ def test_first_fit_decreasing_fills_rows():
 
 def _seqs(lengths, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [TokenizedTrajectory(0, 0, torch.randint(10, 4000, (n,), generator=g).tolist(),
-                                [False] * 2 + [True] * (n - 2), [0.0] * n) for n in lengths]  # fmt: skip
+    return [
+        TokenizedTrajectory(
+            0, 0, torch.randint(10, 4000, (n,), generator=g).tolist(), [False] * 2 + [True] * (n - 2), [0.0] * n
+        )
+        for n in lengths
+    ]
 
 
 def test_packed_logprobs_equal_unpacked(tiny_model_path):

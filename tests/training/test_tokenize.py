@@ -11,15 +11,26 @@ from art_core.trajectories import Trajectory
 from art_core.training.tokenize import ChatTemplateError, TrajectoryError, tokenize_trajectory
 from tests.training.rollouts_hf import make_choice
 
-TOOLS = [{"type": "function", "function": {"name": "find_order", "description": "Find an order",
-          "parameters": {"type": "object", "properties": {"order_id": {"type": "integer"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "find_order",
+            "description": "Find an order",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "integer"}}},
+        },
+    }
+]
 
 
 def _tool_choice(tokenizer, order_id: int):
     text = f'<tool_call>\n{{"name": "find_order", "arguments": {{"order_id": {order_id}}}}}\n</tool_call><|im_end|>'
     ids = tokenizer.encode(text, add_special_tokens=False)
-    call = ChatCompletionMessageToolCall(id=f"call_{order_id}", type="function",
-                                         function=Function(name="find_order", arguments=f'{{"order_id": {order_id}}}'))
+    call = ChatCompletionMessageToolCall(
+        id=f"call_{order_id}",
+        type="function",
+        function=Function(name="find_order", arguments=f'{{"order_id": {order_id}}}'),
+    )
     return ids, make_choice(ids, [-0.5 - i / 100 for i in range(len(ids))], content="", tool_calls=[call])
 
 
@@ -57,8 +68,15 @@ def test_three_turn_tool_trajectory_masks_exactly_the_sampled_tokens(tokenizer):
     # The sampled turn ended with <|im_end|>; the template's own <|im_end|> after it is not repeated.
     between = "\n<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
-    pieces = [(enc(prompt), False), (ids1, True), (enc(between.format("not found")), False), (ids2, True),
-              (enc(between.format("delivered")), False), (ids3, True), (enc("\n"), False)]
+    pieces = [
+        (enc(prompt), False),
+        (ids1, True),
+        (enc(between.format("not found")), False),
+        (ids2, True),
+        (enc(between.format("delivered")), False),
+        (ids3, True),
+        (enc("\n"), False),
+    ]
     assert seq.input_ids == [t for ids, _ in pieces for t in ids]
     assert seq.trainable == [flag for ids, flag in pieces for _ in ids]
     assert seq.num_trainable == len(ids1) + len(ids2) + len(ids3)
@@ -70,12 +88,16 @@ def test_three_turn_tool_trajectory_masks_exactly_the_sampled_tokens(tokenizer):
 
 def test_a_truncated_turn_keeps_the_templates_end_of_turn_as_context(tokenizer):
     ids = tokenizer.encode("hello there", add_special_tokens=False)  # finish_reason "length": no <|im_end|>
-    traj = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"},
-                                            make_choice(ids, [-1.0] * len(ids), "hello there", finish_reason="length")])
+    traj = Trajectory(
+        messages_and_choices=[
+            {"role": "user", "content": "hi"},
+            make_choice(ids, [-1.0] * len(ids), "hello there", finish_reason="length"),
+        ]
+    )
     seq = tokenize_trajectory(traj, tokenizer)
     end = tokenizer.encode("<|im_end|>\n", add_special_tokens=False)
-    assert seq.input_ids[-len(end) - len(ids):] == ids + end
-    assert seq.trainable[-len(end) - len(ids):] == [True] * len(ids) + [False] * len(end)
+    assert seq.input_ids[-len(end) - len(ids) :] == ids + end
+    assert seq.trainable[-len(end) - len(ids) :] == [True] * len(ids) + [False] * len(end)
 
 
 def test_a_template_that_rewrites_history_is_refused(tokenizer):
@@ -89,14 +111,20 @@ def test_a_template_that_rewrites_history_is_refused(tokenizer):
         "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
     )
     ids = tok.encode("ok<|im_end|>", add_special_tokens=False)
-    traj = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}, make_choice(ids, [-1.0] * len(ids), "ok")])
+    traj = Trajectory(
+        messages_and_choices=[{"role": "user", "content": "hi"}, make_choice(ids, [-1.0] * len(ids), "ok")]
+    )
     with pytest.raises(ChatTemplateError, match="not prefix-preserving"):
         tokenize_trajectory(traj, tok)
 
 
 def test_bad_trajectories_name_themselves_and_say_what_to_do(tokenizer):
-    no_choice = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"},
-                                                 {"role": "assistant", "content": "a dict, not a Choice"}])
+    no_choice = Trajectory(
+        messages_and_choices=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "a dict, not a Choice"},
+        ]
+    )
     with pytest.raises(TrajectoryError, match=r"group 1, trajectory 3: it has no sampled Choice.*Append the Choice"):
         tokenize_trajectory(no_choice, tokenizer, group_index=1, trajectory_index=3)
 
@@ -108,5 +136,7 @@ def test_bad_trajectories_name_themselves_and_say_what_to_do(tokenizer):
 
     ids = list(range(100, 160))
     long = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}, make_choice(ids, [-1.0] * 60, "x")])
-    with pytest.raises(TrajectoryError, match=r"group 0, trajectory 4: it is \d+ tokens long, more than max_seq_len 50"):
+    with pytest.raises(
+        TrajectoryError, match=r"group 0, trajectory 4: it is \d+ tokens long, more than max_seq_len 50"
+    ):
         tokenize_trajectory(long, tokenizer, trajectory_index=4, max_seq_len=50)

@@ -29,8 +29,11 @@ def _groups(seed: int, n_groups: int = 2, size: int = 4, length: int = 12) -> li
         for _ in range(size):
             ids = [rng.randrange(10, 4000) for _ in range(length)]
             choice = make_choice(ids, [-8.3] * length, "x", finish_reason="length")
-            trajs.append(Trajectory(messages_and_choices=[{"role": "user", "content": f"prompt {g}"}, choice],
-                                    reward=rng.random()))
+            trajs.append(
+                Trajectory(
+                    messages_and_choices=[{"role": "user", "content": f"prompt {g}"}, choice], reward=rng.random()
+                )
+            )
         groups.append(TrajectoryGroup(trajs))
     return groups
 
@@ -41,16 +44,33 @@ def _adapter(store: Storage, name: str, step: int) -> dict[str, torch.Tensor]:
 
 def test_a_step_trains_the_adapter_and_writes_a_complete_checkpoint(tiny_model_path, tmp_path, fresh_trainer):
     store = Storage(str(tmp_path))
-    result = train_step(base_model=tiny_model_path, groups=_groups(0), config=CFG, storage=store,
-                        project="p", name="m", step=0)
+    result = train_step(
+        base_model=tiny_model_path, groups=_groups(0), config=CFG, storage=store, project="p", name="m", step=0
+    )
     assert result.step == 1 and result.checkpoint_path == store.checkpoint_path("p", "m", 1)
     files = set(os.listdir(result.checkpoint_path))
-    assert {"adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "trainer_state.json", "COMPLETE"} <= files
+    assert {
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "optimizer.pt",
+        "trainer_state.json",
+        "COMPLETE",
+    } <= files
     config = json.load(open(os.path.join(result.checkpoint_path, "adapter_config.json")))
     assert config["r"] == 8 and "q_proj" in config["target_modules"]  # vLLM --max-lora-rank 8 loads it
     m = result.metrics
-    for key in ("loss", "reward", "reward_std", "clip_fraction", "kl_to_sampler", "entropy", "grad_norm",
-                "trainable_tokens", "skipped_groups", "seconds"):
+    for key in (
+        "loss",
+        "reward",
+        "reward_std",
+        "clip_fraction",
+        "kl_to_sampler",
+        "entropy",
+        "grad_norm",
+        "trainable_tokens",
+        "skipped_groups",
+        "seconds",
+    ):
         assert math.isfinite(m[key]), key
     assert m["trainable_tokens"] == 8 * 12 and m["skipped_groups"] == 0 and m["grad_norm"] > 0
     assert 0 < m["entropy"] <= math.log(4096) + 1e-3
@@ -64,11 +84,19 @@ def test_bad_input_is_named_dropped_and_the_rest_trains(tiny_model_path, tmp_pat
     groups[1].trajectories[2] = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0)
     long_ids = list(range(100, 400))
     groups[1].trajectories[3] = Trajectory(
-        messages_and_choices=[{"role": "user", "content": "hi"}, make_choice(long_ids, [-8.3] * 300, "x")], reward=0.0)
+        messages_and_choices=[{"role": "user", "content": "hi"}, make_choice(long_ids, [-8.3] * 300, "x")], reward=0.0
+    )
     groups.append(TrajectoryGroup([]))
     with pytest.warns(TrainingDataWarning) as caught:
-        result = train_step(base_model=tiny_model_path, groups=groups, config=CFG.model_copy(update={"max_seq_len": 100}),
-                            storage=Storage(str(tmp_path)), project="p", name="m", step=0)
+        result = train_step(
+            base_model=tiny_model_path,
+            groups=groups,
+            config=CFG.model_copy(update={"max_seq_len": 100}),
+            storage=Storage(str(tmp_path)),
+            project="p",
+            name="m",
+            step=0,
+        )
     text = "\n".join(str(w.message) for w in caught)
     assert "group 0, trajectory 1: reward is nan" in text
     assert "group 1, trajectory 2: it has no sampled Choice" in text
@@ -86,7 +114,9 @@ def test_a_step_with_nothing_to_learn_advances_and_says_why(tiny_model_path, tmp
         for t in g.trajectories:
             t.reward = 0.5
     train_step(base_model=tiny_model_path, groups=_groups(3), config=CFG, storage=store, project="p", name="m", step=0)
-    result = train_step(base_model=tiny_model_path, groups=groups, config=CFG, storage=store, project="p", name="m", step=1)
+    result = train_step(
+        base_model=tiny_model_path, groups=groups, config=CFG, storage=store, project="p", name="m", step=1
+    )
     assert result.step == 2 and store.checkpoint_steps("p", "m") == [1, 2]
     assert "no group had a reward signal" in result.metrics["nothing_trained_reason"]
     assert result.metrics["skipped_groups"] == 2 and result.metrics["trainable_tokens"] == 0
@@ -98,11 +128,22 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
     store = Storage(str(tmp_path))
     cfg = CFG.model_copy(update={"weight_decay": 0.1, "max_grad_norm": 0.5})
     for step in range(2):  # two steps in one go, the model kept in memory between them
-        train_step(base_model=tiny_model_path, groups=_groups(10 + step), config=cfg, storage=store,
-                   project="p", name="one-go", step=step)
-    train_step(base_model=tiny_model_path, groups=_groups(10), config=cfg, storage=store, project="p", name="resumed", step=0)
+        train_step(
+            base_model=tiny_model_path,
+            groups=_groups(10 + step),
+            config=cfg,
+            storage=store,
+            project="p",
+            name="one-go",
+            step=step,
+        )
+    train_step(
+        base_model=tiny_model_path, groups=_groups(10), config=cfg, storage=store, project="p", name="resumed", step=0
+    )
     clear_model_cache()  # as if the process had died: step 1 must come from storage
-    train_step(base_model=tiny_model_path, groups=_groups(11), config=cfg, storage=store, project="p", name="resumed", step=1)
+    train_step(
+        base_model=tiny_model_path, groups=_groups(11), config=cfg, storage=store, project="p", name="resumed", step=1
+    )
     a, b = _adapter(store, "one-go", 2), _adapter(store, "resumed", 2)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     opt_a = torch.load(os.path.join(store.checkpoint_path("p", "one-go", 2), "optimizer.pt"))
@@ -111,7 +152,15 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
         assert torch.equal(s["exp_avg_sq"], opt_b["state"][k]["exp_avg_sq"])
     # A missing checkpoint is an error that says which steps exist.
     with pytest.raises(FileNotFoundError, match=r"no complete checkpoint for step 5.*complete steps: \[1, 2\]"):
-        train_step(base_model=tiny_model_path, groups=_groups(0), config=cfg, storage=store, project="p", name="resumed", step=5)
+        train_step(
+            base_model=tiny_model_path,
+            groups=_groups(0),
+            config=cfg,
+            storage=store,
+            project="p",
+            name="resumed",
+            step=5,
+        )
 
 
 def test_prune_keeps_the_latest_and_the_best(tmp_path):
@@ -134,13 +183,26 @@ def test_prune_keeps_the_latest_and_the_best(tmp_path):
 
 def test_kl_penalty_against_the_base_model_and_several_optimizer_steps(tiny_model_path, tmp_path, fresh_trainer):
     store = Storage(str(tmp_path))
-    one = train_step(base_model=tiny_model_path, groups=_groups(4), config=CFG.model_copy(update={"beta": 0.1}),
-                     storage=store, project="p", name="a", step=0)
+    one = train_step(
+        base_model=tiny_model_path,
+        groups=_groups(4),
+        config=CFG.model_copy(update={"beta": 0.1}),
+        storage=store,
+        project="p",
+        name="a",
+        step=0,
+    )
     # Step 0 starts from a zero LoRA B: the policy is the base model, so KL to it is exactly 0.
     assert one.metrics["kl"] == 0.0
-    two = train_step(base_model=tiny_model_path, groups=_groups(4),
-                     config=CFG.model_copy(update={"beta": 0.1, "num_optimizer_steps": 2}),
-                     storage=store, project="p", name="b", step=0)
+    two = train_step(
+        base_model=tiny_model_path,
+        groups=_groups(4),
+        config=CFG.model_copy(update={"beta": 0.1, "num_optimizer_steps": 2}),
+        storage=store,
+        project="p",
+        name="b",
+        step=0,
+    )
     # The second mini-batch runs after one AdamW step: the policy has left the base model.
     assert two.metrics["kl"] > 0 and two.metrics["kl_to_sampler"] > 0
 
@@ -149,7 +211,9 @@ def test_checkpoints_live_in_s3_and_resume_from_there(tiny_model_path, s3_root, 
     store = Storage(s3_root)
     train_step(base_model=tiny_model_path, groups=_groups(5), config=CFG, storage=store, project="p", name="m", step=0)
     clear_model_cache()
-    result = train_step(base_model=tiny_model_path, groups=_groups(6), config=CFG, storage=store, project="p", name="m", step=1)
+    result = train_step(
+        base_model=tiny_model_path, groups=_groups(6), config=CFG, storage=store, project="p", name="m", step=1
+    )
     assert result.checkpoint_path == f"{s3_root}/p/models/m/checkpoints/0002"
     assert store.checkpoint_steps("p", "m") == [1, 2]
     assert store.exists(store.join(result.checkpoint_path, "adapter_model.safetensors"))
@@ -164,9 +228,15 @@ def _masked_groups() -> list[TrajectoryGroup]:
         trajs = []
         for _ in range(4):
             ids = [rng.randrange(10, 4000) for _ in range(6)]
-            trajs.append(Trajectory(messages_and_choices=[{"role": "user", "content": f"move {g}"},
-                                                          make_choice(ids, [0.0] * 6, "x", finish_reason="stop")],
-                                    reward=rng.random()))
+            trajs.append(
+                Trajectory(
+                    messages_and_choices=[
+                        {"role": "user", "content": f"move {g}"},
+                        make_choice(ids, [0.0] * 6, "x", finish_reason="stop"),
+                    ],
+                    reward=rng.random(),
+                )
+            )
         groups.append(TrajectoryGroup(trajs))
     return groups
 
@@ -175,12 +245,25 @@ def test_recomputed_old_logprobs_keep_learning_after_constrained_sampling(tiny_m
     """With the sampler's masked logprobs the ratio collapses to ~exp(-8) and the clip mutes the step;
     old_logprobs="recompute" measures the ratio against the policy itself, so it starts at exactly 1."""
     store = Storage(str(tmp_path))
-    sampler = train_step(base_model=tiny_model_path, groups=_masked_groups(), config=CFG, storage=store,
-                         project="p", name="sampler", step=0).metrics
+    sampler = train_step(
+        base_model=tiny_model_path,
+        groups=_masked_groups(),
+        config=CFG,
+        storage=store,
+        project="p",
+        name="sampler",
+        step=0,
+    ).metrics
     clear_model_cache()
-    recompute = train_step(base_model=tiny_model_path, groups=_masked_groups(),
-                           config=CFG.model_copy(update={"old_logprobs": "recompute"}), storage=store,
-                           project="p", name="recompute", step=0).metrics
+    recompute = train_step(
+        base_model=tiny_model_path,
+        groups=_masked_groups(),
+        config=CFG.model_copy(update={"old_logprobs": "recompute"}),
+        storage=store,
+        project="p",
+        name="recompute",
+        step=0,
+    ).metrics
     assert sampler["ratio_mean"] < 0.01 and sampler["clip_fraction"] > 0.3
     assert recompute["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert recompute["clip_fraction"] == 0.0 and recompute["kl_to_sampler"] == pytest.approx(0.0, abs=1e-6)
@@ -190,8 +273,15 @@ def test_recomputed_old_logprobs_keep_learning_after_constrained_sampling(tiny_m
 def test_a_checkpoint_carries_the_base_models_tokenizer(tiny_model_path, tmp_path, fresh_trainer):
     from transformers import AutoTokenizer
 
-    result = train_step(base_model=tiny_model_path, groups=_groups(8), config=CFG, storage=Storage(str(tmp_path)),
-                        project="p", name="m", step=0)
+    result = train_step(
+        base_model=tiny_model_path,
+        groups=_groups(8),
+        config=CFG,
+        storage=Storage(str(tmp_path)),
+        project="p",
+        name="m",
+        step=0,
+    )
     files = set(os.listdir(result.checkpoint_path))
     assert {"tokenizer.json", "tokenizer_config.json"} <= files
     base, saved = AutoTokenizer.from_pretrained(tiny_model_path), AutoTokenizer.from_pretrained(result.checkpoint_path)
@@ -206,13 +296,16 @@ def test_memory_savers_change_memory_not_results(tiny_model_path, tmp_path, fres
     store = Storage(str(tmp_path))
     runs = {
         "default": CFG,
-        "savers": CFG.model_copy(update={"gradient_checkpointing": True, "tokens_per_forward": 64, "tokens_per_row": 64}),
+        "savers": CFG.model_copy(
+            update={"gradient_checkpointing": True, "tokens_per_forward": 64, "tokens_per_row": 64}
+        ),
         "mask": CFG.model_copy(update={"packed_attention": "mask", "logit_chunk_tokens": 5}),
     }
     adapters, metrics = {}, {}
     for name, cfg in runs.items():
-        metrics[name] = train_step(base_model=tiny_model_path, groups=_groups(9), config=cfg, storage=store,
-                                   project="p", name=name, step=0).metrics
+        metrics[name] = train_step(
+            base_model=tiny_model_path, groups=_groups(9), config=cfg, storage=store, project="p", name=name, step=0
+        ).metrics
         adapters[name] = _adapter(store, name, 1)
     for name in ("savers", "mask"):
         for key in ("loss", "grad_norm", "entropy", "kl_to_sampler"):
@@ -246,9 +339,16 @@ def _qwen_vocab_model(tiny_model_path: str, path: str) -> str:
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    config = Qwen2Config(vocab_size=151_936, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=2, intermediate_size=1024, tie_word_embeddings=True,
-                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=151_936,
+        hidden_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        intermediate_size=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -260,14 +360,34 @@ def test_default_step_on_cuda_checkpoints_uses_flex_and_stays_small(tiny_model_p
     """64 sequences x 600 tokens with Qwen's vocabulary: full float32 logits alone would take 23 GiB."""
     path = _qwen_vocab_model(tiny_model_path, str(tmp_path / "qwen-vocab"))
     rng = random.Random(12)
-    groups = [TrajectoryGroup(Trajectory(messages_and_choices=[
-        {"role": "user", "content": f"prompt {g}"},
-        make_choice([rng.randrange(300, 151_000) for _ in range(600)], [-11.0] * 600, "x", finish_reason="length"),
-    ], reward=rng.random()) for _ in range(8)) for g in range(8)]  # fmt: skip
+    groups = [
+        TrajectoryGroup(
+            Trajectory(
+                messages_and_choices=[
+                    {"role": "user", "content": f"prompt {g}"},
+                    make_choice(
+                        [rng.randrange(300, 151_000) for _ in range(600)], [-11.0] * 600, "x", finish_reason="length"
+                    ),
+                ],
+                reward=rng.random(),
+            )
+            for _ in range(8)
+        )
+        for g in range(8)
+    ]
     store = Storage(str(tmp_path / "store"))
-    default = train_step(base_model=path, groups=groups, config=CFG, storage=store, project="p", name="d", step=0).metrics
-    plain = train_step(base_model=path, groups=groups, storage=store, project="p", name="s", step=0,
-                       config=CFG.model_copy(update={"packed_attention": "segments", "gradient_checkpointing": False})).metrics
+    default = train_step(
+        base_model=path, groups=groups, config=CFG, storage=store, project="p", name="d", step=0
+    ).metrics
+    plain = train_step(
+        base_model=path,
+        groups=groups,
+        storage=store,
+        project="p",
+        name="s",
+        step=0,
+        config=CFG.model_copy(update={"packed_attention": "segments", "gradient_checkpointing": False}),
+    ).metrics
     assert default["gradient_checkpointing"] == 1 and default["tokens"] > 38_000
     assert default["peak_memory_gib"] < 6, default
     assert default["loss"] == pytest.approx(plain["loss"], rel=0.05, abs=1e-4)

@@ -46,19 +46,90 @@ FREE_BAGS = {
 }
 
 AIRPORTS = {
-    "ATL": "Atlanta", "BOS": "Boston", "DEN": "Denver", "DFW": "Dallas", "DTW": "Detroit",
-    "IAH": "Houston", "JFK": "New York", "LAS": "Las Vegas", "LAX": "Los Angeles", "MIA": "Miami",
-    "MSP": "Minneapolis", "ORD": "Chicago", "PHX": "Phoenix", "SEA": "Seattle", "SFO": "San Francisco",
+    "ATL": "Atlanta",
+    "BOS": "Boston",
+    "DEN": "Denver",
+    "DFW": "Dallas",
+    "DTW": "Detroit",
+    "IAH": "Houston",
+    "JFK": "New York",
+    "LAS": "Las Vegas",
+    "LAX": "Los Angeles",
+    "MIA": "Miami",
+    "MSP": "Minneapolis",
+    "ORD": "Chicago",
+    "PHX": "Phoenix",
+    "SEA": "Seattle",
+    "SFO": "San Francisco",
 }
 FIRST_NAMES = [
-    "Ava", "Liam", "Noah", "Mia", "Omar", "Lena", "Ivan", "Sara", "Yuki", "Ravi", "Chloe", "Mateo",
-    "Aisha", "Ethan", "Nora", "Hugo", "Priya", "Leo", "Zara", "Felix", "Ines", "Kofi", "Maya", "Theo",
-    "Amara", "Jonas", "Elena", "Samir", "Grace", "Diego", "Hana", "Oscar", "Lucia", "Arjun", "Emma",
+    "Ava",
+    "Liam",
+    "Noah",
+    "Mia",
+    "Omar",
+    "Lena",
+    "Ivan",
+    "Sara",
+    "Yuki",
+    "Ravi",
+    "Chloe",
+    "Mateo",
+    "Aisha",
+    "Ethan",
+    "Nora",
+    "Hugo",
+    "Priya",
+    "Leo",
+    "Zara",
+    "Felix",
+    "Ines",
+    "Kofi",
+    "Maya",
+    "Theo",
+    "Amara",
+    "Jonas",
+    "Elena",
+    "Samir",
+    "Grace",
+    "Diego",
+    "Hana",
+    "Oscar",
+    "Lucia",
+    "Arjun",
+    "Emma",
 ]
 LAST_NAMES = [
-    "Garcia", "Nguyen", "Smith", "Kowalski", "Okafor", "Rossi", "Tanaka", "Patel", "Muller", "Silva",
-    "Johnson", "Haddad", "Larsen", "Moreau", "Kim", "Novak", "Costa", "Brown", "Ivanova", "Lopez",
-    "Sato", "Fischer", "Mensah", "Dubois", "Khan", "Jensen", "Walker", "Romero", "Chen", "Ahmed",
+    "Garcia",
+    "Nguyen",
+    "Smith",
+    "Kowalski",
+    "Okafor",
+    "Rossi",
+    "Tanaka",
+    "Patel",
+    "Muller",
+    "Silva",
+    "Johnson",
+    "Haddad",
+    "Larsen",
+    "Moreau",
+    "Kim",
+    "Novak",
+    "Costa",
+    "Brown",
+    "Ivanova",
+    "Lopez",
+    "Sato",
+    "Fischer",
+    "Mensah",
+    "Dubois",
+    "Khan",
+    "Jensen",
+    "Walker",
+    "Romero",
+    "Chen",
+    "Ahmed",
 ]
 CARD_BRANDS = ("visa", "mastercard", "amex")
 
@@ -151,12 +222,17 @@ def _user(rng: random.Random, taken: set[str]) -> dict[str, Any]:
     methods: dict[str, dict[str, Any]] = {}
     for _ in range(rng.randint(1, 2)):
         methods[f"credit_card_{_digits(rng, 7)}"] = {
-            "source": "credit_card", "brand": rng.choice(CARD_BRANDS), "last_four": _digits(rng, 4)
+            "source": "credit_card",
+            "brand": rng.choice(CARD_BRANDS),
+            "last_four": _digits(rng, 4),
         }
     for _ in range(rng.choice((0, 0, 1, 2))):
         methods[f"gift_card_{_digits(rng, 7)}"] = {"source": "gift_card", "amount": rng.randint(5, 60) * 10}
     if rng.random() < 0.3:
-        methods[f"certificate_{_digits(rng, 7)}"] = {"source": "certificate", "amount": rng.choice((100, 150, 250, 500))}
+        methods[f"certificate_{_digits(rng, 7)}"] = {
+            "source": "certificate",
+            "amount": rng.choice((100, 150, 250, 500)),
+        }
     return {
         "user_id": user_id,
         "name": {"first_name": me["first_name"], "last_name": me["last_name"]},
@@ -169,7 +245,9 @@ def _user(rng: random.Random, taken: set[str]) -> dict[str, Any]:
     }
 
 
-def _itinerary(rng: random.Random, flights: dict[str, Any], by_route: dict[str, list[str]], day: str) -> list[str] | None:
+def _itinerary(
+    rng: random.Random, flights: dict[str, Any], by_route: dict[str, list[str]], day: str
+) -> list[str] | None:
     """Flight numbers of a direct or one-stop trip starting at a random airport on `day`, or None."""
     first = rng.choice(sorted(flights))
     if rng.random() < 0.7:
@@ -190,7 +268,9 @@ def _price_paid(rng: random.Random, flight: dict[str, Any], day: str, cabin: str
     return {"basic_economy": int(economy * 0.6), "economy": economy, "business": economy * 3}[cabin]
 
 
-def _reservation(rng: random.Random, user: dict[str, Any], flights: dict[str, Any], by_route: dict[str, list[str]]) -> dict[str, Any] | None:
+def _reservation(
+    rng: random.Random, user: dict[str, Any], flights: dict[str, Any], by_route: dict[str, list[str]]
+) -> dict[str, Any] | None:
     # a quarter of the trips are under way or just over, so some meet delays and cancellations
     day = day_offset(TODAY, -rng.randint(0, 2)) if rng.random() < 0.35 else rng.choice(MONTH[3:-4])
     legs = _itinerary(rng, flights, by_route, day)
@@ -206,12 +286,16 @@ def _reservation(rng: random.Random, user: dict[str, Any], flights: dict[str, An
             return None
         segments.append((back[0], back_day))
     cabin = rng.choices(CABINS, weights=(3, 5, 2))[0]
-    people = [dict(user["name"], dob=user["dob"])] + rng.sample(user["saved_passengers"], rng.randint(0, len(user["saved_passengers"])))
+    people = [dict(user["name"], dob=user["dob"])] + rng.sample(
+        user["saved_passengers"], rng.randint(0, len(user["saved_passengers"]))
+    )
     fares = [_price_paid(rng, flights[n], d, cabin) for n, d in segments]
     insurance = "yes" if rng.random() < 0.35 else "no"
     total_bags = rng.randint(0, 2 * len(people))
     nonfree = max(0, total_bags - free_bags(user["membership"], cabin, len(people)))
-    total = sum(fares) * len(people) + (INSURANCE_PRICE * len(people) if insurance == "yes" else 0) + BAG_PRICE * nonfree
+    total = (
+        sum(fares) * len(people) + (INSURANCE_PRICE * len(people) if insurance == "yes" else 0) + BAG_PRICE * nonfree
+    )
     cards = [m for m, v in user["payment_methods"].items() if v["source"] == "credit_card"]
     # created between 12 days and 3 hours before NOW; a few inside the last 24 hours
     hours_ago = rng.randint(3, 23) if rng.random() < 0.15 else rng.randint(25, 12 * 24)
@@ -223,7 +307,13 @@ def _reservation(rng: random.Random, user: dict[str, Any], flights: dict[str, An
         "flight_type": trip,
         "cabin": cabin,
         "flights": [
-            {"flight_number": n, "date": d, "origin": flights[n]["origin"], "destination": flights[n]["destination"], "price": p}
+            {
+                "flight_number": n,
+                "date": d,
+                "origin": flights[n]["origin"],
+                "destination": flights[n]["destination"],
+                "price": p,
+            }
             for (n, d), p in zip(segments, fares)
         ],
         "passengers": people,

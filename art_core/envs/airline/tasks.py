@@ -23,8 +23,11 @@ from art_core.envs.tau.domain import Action, Task, ToolError
 
 SPLIT_SIZES = {"train": 520, "val": 100, "test": 100}
 PERSONAS = [
-    "You are polite and patient.", "You are in a hurry and keep answers short.", "You are friendly and chatty.",
-    "You are a little anxious and like to double-check details.", "You are direct and businesslike.",
+    "You are polite and patient.",
+    "You are in a hurry and keep answers short.",
+    "You are friendly and chatty.",
+    "You are a little anxious and like to double-check details.",
+    "You are direct and businesslike.",
     "You are easily confused by jargon and ask for plain words.",
 ]
 CABIN_WORDS = {"basic_economy": "basic economy", "economy": "economy", "business": "business class"}
@@ -111,14 +114,26 @@ def _place(code: str) -> str:
     return f"{AIRPORTS[code]} ({code})"
 
 
-def _task(pick: _Pick, user: dict[str, Any], kind: str, request: str, goal: str, known: dict[str, Any],
-          actions: list[Action], outputs: list[str] | None = None) -> Task:
+def _task(
+    pick: _Pick,
+    user: dict[str, Any],
+    kind: str,
+    request: str,
+    goal: str,
+    known: dict[str, Any],
+    actions: list[Action],
+    outputs: list[str] | None = None,
+) -> Task:
     name = f"{user['name']['first_name']} {user['name']['last_name']}"
     instruction = f"You are {name}, user id {user['user_id']}. {goal} {pick.rng.choice(PERSONAS)}"
     return Task(
-        id=kind, user_id=user["user_id"], request=request, instruction=instruction,
+        id=kind,
+        user_id=user["user_id"],
+        request=request,
+        instruction=instruction,
         known_info={"user_id": user["user_id"], **{k: str(v) for k, v in known.items()}},
-        actions=actions, outputs=outputs or [],
+        actions=actions,
+        outputs=outputs or [],
     )
 
 
@@ -156,9 +171,16 @@ def _book(pick: _Pick, kind: str) -> Task | None:
     bags = rng.randint(0, n + 1)
     nonfree = max(0, bags - free_bags(user["membership"], cabin, n))
     insurance = rng.choice(("yes", "no"))
-    total = sum(o["prices"][cabin] for _, _, o in legs) * n + BAG_PRICE * nonfree + (INSURANCE_PRICE * n if insurance == "yes" else 0)
+    total = (
+        sum(o["prices"][cabin] for _, _, o in legs) * n
+        + BAG_PRICE * nonfree
+        + (INSURANCE_PRICE * n if insurance == "yes" else 0)
+    )
     payments = pick.payment(user, total, certificates=True)
-    when = " and ".join(f"flight {o['flight_number']} on {d} departing at {o['departure'][:5]} ({_place(o['origin'])} to {_place(o['destination'])})" for _, d, o in legs)
+    when = " and ".join(
+        f"flight {o['flight_number']} on {d} departing at {o['departure'][:5]} ({_place(o['origin'])} to {_place(o['destination'])})"
+        for _, d, o in legs
+    )
     pay_text = " and the rest with ".join(pick.describe(user, p) for p, _ in payments)
     ask_total = rng.random() < 0.3
     goal = (
@@ -167,19 +189,36 @@ def _book(pick: _Pick, kind: str) -> Task | None:
         f"You {'want' if insurance == 'yes' else 'do not want'} travel insurance. You pay with {pay_text}."
         + (" Before you agree, ask for the total price." if ask_total else "")
     )
-    action = Action(name="book_reservation", kwargs={
-        "user_id": user["user_id"], "origin": origin, "destination": destination, "flight_type": trip,
-        "cabin": cabin, "flights": [{"flight_number": f, "date": d} for f, d, _ in legs], "passengers": people,
-        "payment_methods": [{"payment_id": p, "amount": a} for p, a in payments],
-        "total_baggages": bags, "nonfree_baggages": nonfree, "insurance": insurance,
-    })
+    action = Action(
+        name="book_reservation",
+        kwargs={
+            "user_id": user["user_id"],
+            "origin": origin,
+            "destination": destination,
+            "flight_type": trip,
+            "cabin": cabin,
+            "flights": [{"flight_number": f, "date": d} for f, d, _ in legs],
+            "passengers": people,
+            "payment_methods": [{"payment_id": p, "amount": a} for p, a in payments],
+            "total_baggages": bags,
+            "nonfree_baggages": nonfree,
+            "insurance": insurance,
+        },
+    )
     known = {
-        "origin": origin, "destination": destination, "trip_type": trip, "cabin": cabin,
+        "origin": origin,
+        "destination": destination,
+        "trip_type": trip,
+        "cabin": cabin,
         "flights": "; ".join(f"{f} on {d} at {o['departure'][:5]}" for f, d, o in legs),
-        "passengers": _people_text(people), "total_baggages": bags, "insurance": insurance,
+        "passengers": _people_text(people),
+        "total_baggages": bags,
+        "insurance": insurance,
         "payment_method": ", ".join(p for p, _ in payments),
     }
-    request = f"Hi, I'd like to book a {trip.replace('_', ' ')} flight from {AIRPORTS[origin]} to {AIRPORTS[destination]}."
+    request = (
+        f"Hi, I'd like to book a {trip.replace('_', ' ')} flight from {AIRPORTS[origin]} to {AIRPORTS[destination]}."
+    )
     return _task(pick, user, kind, request, goal, known, [action], [str(total)] if ask_total else [])
 
 
@@ -212,7 +251,9 @@ def _change(pick: _Pick, kind: str) -> Task | None:
         diff_res = tools.update_reservation_flights(scratch, res["reservation_id"], res["cabin"], legs, card)
     except ToolError:
         return None
-    diff = sum(s["price"] for s in diff_res["flights"]) * len(res["passengers"]) - sum(s["price"] for s in res["flights"]) * len(res["passengers"])
+    diff = sum(s["price"] for s in diff_res["flights"]) * len(res["passengers"]) - sum(
+        s["price"] for s in res["flights"]
+    ) * len(res["passengers"])
     payment = pick.payment(user, max(diff, 0))[0][0]
     known = {"reservation_id": res["reservation_id"], "new_date": new_day, "payment_method": payment}
     goal = (
@@ -224,8 +265,13 @@ def _change(pick: _Pick, kind: str) -> Task | None:
         return _task(pick, user, kind, f"I need to change the date of my {part}.", goal, known, [])
     ask = diff > 0 and rng.random() < 0.5
     goal += " Before you agree, ask how much you will have to pay." if ask else ""
-    action = Action(name="update_reservation_flights", kwargs={"reservation_id": res["reservation_id"], "cabin": res["cabin"], "flights": legs, "payment_id": payment})
-    return _task(pick, user, kind, f"I need to change the date of my {part}.", goal, known, [action], [str(diff)] if ask else [])
+    action = Action(
+        name="update_reservation_flights",
+        kwargs={"reservation_id": res["reservation_id"], "cabin": res["cabin"], "flights": legs, "payment_id": payment},
+    )
+    return _task(
+        pick, user, kind, f"I need to change the date of my {part}.", goal, known, [action], [str(diff)] if ask else []
+    )
 
 
 def _change_cabin(pick: _Pick, kind: str) -> Task | None:
@@ -243,7 +289,10 @@ def _change_cabin(pick: _Pick, kind: str) -> Task | None:
         f"{CABIN_WORDS[cabin]}. Any fare difference goes to {pick.describe(user, payment)}."
     )
     known = {"reservation_id": res["reservation_id"], "new_cabin": cabin, "payment_method": payment}
-    action = Action(name="update_reservation_flights", kwargs={"reservation_id": res["reservation_id"], "cabin": cabin, "flights": legs, "payment_id": payment})
+    action = Action(
+        name="update_reservation_flights",
+        kwargs={"reservation_id": res["reservation_id"], "cabin": cabin, "flights": legs, "payment_id": payment},
+    )
     return _task(pick, user, kind, f"Can I switch my reservation to {CABIN_WORDS[cabin]}?", goal, known, [action])
 
 
@@ -261,11 +310,29 @@ def _add_bags(pick: _Pick, kind: str) -> Task | None:
     ask = fee > 0 and pick.rng.random() < 0.5
     goal = (
         f"You want to add {extra} checked bag(s) to reservation {res['reservation_id']}, which has {res['total_baggages']} now. "
-        f"Pay any fee with {pick.describe(user, payment)}." + (" Ask what the bags will cost before you agree." if ask else "")
+        f"Pay any fee with {pick.describe(user, payment)}."
+        + (" Ask what the bags will cost before you agree." if ask else "")
     )
     known = {"reservation_id": res["reservation_id"], "extra_bags": extra, "payment_method": payment}
-    action = Action(name="update_reservation_baggages", kwargs={"reservation_id": res["reservation_id"], "total_baggages": total, "nonfree_baggages": nonfree, "payment_id": payment})
-    return _task(pick, user, kind, "I'd like to add some checked bags to my trip.", goal, known, [action], [str(fee)] if ask else [])
+    action = Action(
+        name="update_reservation_baggages",
+        kwargs={
+            "reservation_id": res["reservation_id"],
+            "total_baggages": total,
+            "nonfree_baggages": nonfree,
+            "payment_id": payment,
+        },
+    )
+    return _task(
+        pick,
+        user,
+        kind,
+        "I'd like to add some checked bags to my trip.",
+        goal,
+        known,
+        [action],
+        [str(fee)] if ask else [],
+    )
 
 
 def _passengers(pick: _Pick, kind: str) -> Task | None:
@@ -284,7 +351,9 @@ def _passengers(pick: _Pick, kind: str) -> Task | None:
         fix = f"{old}'s last name should be {people[i]['last_name']}"
     goal = f"On reservation {res['reservation_id']}, {fix}. Everything else about the passengers stays as it is."
     known = {"reservation_id": res["reservation_id"], "correction": fix}
-    action = Action(name="update_reservation_passengers", kwargs={"reservation_id": res["reservation_id"], "passengers": people})
+    action = Action(
+        name="update_reservation_passengers", kwargs={"reservation_id": res["reservation_id"], "passengers": people}
+    )
     return _task(pick, user, kind, "I need to correct a passenger's details on my booking.", goal, known, [action])
 
 
@@ -302,7 +371,9 @@ def _cancel(pick: _Pick, kind: str) -> Task | None:
     if kind == "refuse_cancel_departed":
         res = pick.reservation(lambda r: any(pick.status(s) == "landed" for s in r["flights"]))
     else:
-        res = pick.reservation(lambda r: all(s["date"] > TODAY for s in r["flights"]) and _may_cancel(pick, r) == allowed)
+        res = pick.reservation(
+            lambda r: all(s["date"] > TODAY for s in r["flights"]) and _may_cancel(pick, r) == allowed
+        )
     if res is None:
         return None
     user = pick.db["users"][res["user_id"]]
@@ -338,8 +409,18 @@ def _compensation(pick: _Pick, kind: str) -> Task | None:
         goal += " If the agent says you are not eligible, accept that and end the conversation."
     known = {"reservation_id": res["reservation_id"], "flight": f"{seg['flight_number']} on {seg['date']}"}
     amount = (100 if cancelled else 50) * len(res["passengers"])
-    actions = [Action(name="send_certificate", kwargs={"user_id": user["user_id"], "amount": amount})] if allowed else []
-    return _task(pick, user, kind, f"My flight {seg['flight_number']} was {pick.status(seg)} and I'm not happy.", goal, known, actions)
+    actions = (
+        [Action(name="send_certificate", kwargs={"user_id": user["user_id"], "amount": amount})] if allowed else []
+    )
+    return _task(
+        pick,
+        user,
+        kind,
+        f"My flight {seg['flight_number']} was {pick.status(seg)} and I'm not happy.",
+        goal,
+        known,
+        actions,
+    )
 
 
 def _quote(pick: _Pick, kind: str) -> Task | None:
@@ -351,17 +432,41 @@ def _quote(pick: _Pick, kind: str) -> Task | None:
         f"You only want to know the {CABIN_WORDS[cabin]} fare of the direct flight from {_place(flight['origin'])} to "
         f"{_place(flight['destination'])} on {day} departing at {flight['departure'][:5]}. You do not want to book anything now."
     )
-    known = {"origin": flight["origin"], "destination": flight["destination"], "date": day, "cabin": cabin, "departure_time": flight["departure"][:5]}
-    return _task(pick, user, kind, f"How much is a flight from {AIRPORTS[flight['origin']]} to {AIRPORTS[flight['destination']]}?", goal, known, [], [str(price)])
+    known = {
+        "origin": flight["origin"],
+        "destination": flight["destination"],
+        "date": day,
+        "cabin": cabin,
+        "departure_time": flight["departure"][:5],
+    }
+    return _task(
+        pick,
+        user,
+        kind,
+        f"How much is a flight from {AIRPORTS[flight['origin']]} to {AIRPORTS[flight['destination']]}?",
+        goal,
+        known,
+        [],
+        [str(price)],
+    )
 
 
 # kind -> (maker, how many of the 720 tasks); the refusal kinds start with "refuse_"
 PLAN: dict[str, tuple[Callable[[_Pick, str], Task | None], int]] = {
-    "book_direct": (_book, 100), "book_round_trip": (_book, 50), "book_onestop": (_book, 50),
-    "change_date": (_change, 70), "change_cabin": (_change_cabin, 60), "add_bags": (_add_bags, 70),
-    "update_passengers": (_passengers, 50), "cancel": (_cancel, 60), "compensation": (_compensation, 30),
-    "refuse_change_basic": (_change, 40), "refuse_cancel": (_cancel, 45), "refuse_compensation": (_compensation, 20),
-    "refuse_cancel_departed": (_cancel, 25), "quote_price": (_quote, 30),
+    "book_direct": (_book, 100),
+    "book_round_trip": (_book, 50),
+    "book_onestop": (_book, 50),
+    "change_date": (_change, 70),
+    "change_cabin": (_change_cabin, 60),
+    "add_bags": (_add_bags, 70),
+    "update_passengers": (_passengers, 50),
+    "cancel": (_cancel, 60),
+    "compensation": (_compensation, 30),
+    "refuse_change_basic": (_change, 40),
+    "refuse_cancel": (_cancel, 45),
+    "refuse_compensation": (_compensation, 20),
+    "refuse_cancel_departed": (_cancel, 25),
+    "quote_price": (_quote, 30),
 }
 
 
@@ -393,6 +498,8 @@ def make_tasks(db: Database, seed: int = 0) -> dict[str, list[Task]]:
     out: dict[str, list[Task]] = {}
     start = 0
     for split, size in SPLIT_SIZES.items():
-        out[split] = [t.model_copy(update={"id": f"{split}-{i:04d}-{t.id}"}) for i, t in enumerate(tasks[start:start + size])]
+        out[split] = [
+            t.model_copy(update={"id": f"{split}-{i:04d}-{t.id}"}) for i, t in enumerate(tasks[start : start + size])
+        ]
         start += size
     return out

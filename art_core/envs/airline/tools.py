@@ -93,7 +93,9 @@ def _bookable(db: Database, flight_number: Any, date: Any, cabin: str, seats: in
 def _check_route(segments: list[dict[str, Any]], origin: str, destination: str, flight_type: str) -> None:
     for a, b in zip(segments, segments[1:]):
         if a["destination"] != b["origin"]:
-            raise ToolError(f"flight {b['flight_number']} leaves {b['origin']}, not {a['destination']} where the previous one lands")
+            raise ToolError(
+                f"flight {b['flight_number']} leaves {b['origin']}, not {a['destination']} where the previous one lands"
+            )
     ends = segments[-1]["destination"]
     if segments[0]["origin"] != origin:
         raise ToolError(f"the first flight must leave {origin}, not {segments[0]['origin']}")
@@ -128,7 +130,13 @@ def _charge(user: dict[str, Any], payment_id: str, amount: int) -> None:
 
 
 def _segment(flight: dict[str, Any], date: str, price: int) -> dict[str, Any]:
-    return {"flight_number": flight["flight_number"], "date": date, "origin": flight["origin"], "destination": flight["destination"], "price": price}
+    return {
+        "flight_number": flight["flight_number"],
+        "date": date,
+        "origin": flight["origin"],
+        "destination": flight["destination"],
+        "price": price,
+    }
 
 
 # ---- read tools ------------------------------------------------------------------------------
@@ -154,9 +162,14 @@ def list_all_airports(db: Database) -> list[dict[str, str]]:
 def flight_offer(flight: dict[str, Any], date: str) -> dict[str, Any]:
     entry = flight["dates"][date]
     return {
-        "flight_number": flight["flight_number"], "origin": flight["origin"], "destination": flight["destination"],
-        "date": date, "departure": flight["departure"], "arrival": flight["arrival"],
-        "available_seats": dict(zip(CABINS, entry["seats"])), "prices": dict(zip(CABINS, entry["prices"])),
+        "flight_number": flight["flight_number"],
+        "origin": flight["origin"],
+        "destination": flight["destination"],
+        "date": date,
+        "departure": flight["departure"],
+        "arrival": flight["arrival"],
+        "available_seats": dict(zip(CABINS, entry["seats"])),
+        "prices": dict(zip(CABINS, entry["prices"])),
     }
 
 
@@ -180,7 +193,10 @@ def search_onestop_flight(db: Database, origin: str, destination: str, date: str
         if a["destination"] == destination:
             continue
         for b in _available_from(db, a["destination"], date):
-            if b["destination"] == destination and minutes_of(b["departure"]) >= minutes_of(a["arrival"]) + MIN_CONNECTION_MINUTES:
+            if (
+                b["destination"] == destination
+                and minutes_of(b["departure"]) >= minutes_of(a["arrival"]) + MIN_CONNECTION_MINUTES
+            ):
                 pairs.append([flight_offer(a, date), flight_offer(b, date)])
     return pairs
 
@@ -189,9 +205,18 @@ def search_onestop_flight(db: Database, origin: str, destination: str, date: str
 
 
 def book_reservation(
-    db: Database, user_id: str, origin: str, destination: str, flight_type: str, cabin: str,
-    flights: list[dict[str, Any]], passengers: list[dict[str, Any]], payment_methods: list[dict[str, Any]],
-    total_baggages: int, nonfree_baggages: int, insurance: str,
+    db: Database,
+    user_id: str,
+    origin: str,
+    destination: str,
+    flight_type: str,
+    cabin: str,
+    flights: list[dict[str, Any]],
+    passengers: list[dict[str, Any]],
+    payment_methods: list[dict[str, Any]],
+    total_baggages: int,
+    nonfree_baggages: int,
+    insurance: str,
 ) -> dict[str, Any]:
     """Book a new reservation at today's prices; the payments must add up to the exact total."""
     user = _user(db, user_id)
@@ -210,7 +235,9 @@ def book_reservation(
         flight, price = _bookable(db, leg["flight_number"], leg["date"], cabin, n)
         segments.append(_segment(flight, leg["date"], price))
     _check_route(segments, origin, destination, flight_type)
-    total = sum(s["price"] for s in segments) * n + (INSURANCE_PRICE * n if insurance == "yes" else 0) + BAG_PRICE * nonfree
+    total = (
+        sum(s["price"] for s in segments) * n + (INSURANCE_PRICE * n if insurance == "yes" else 0) + BAG_PRICE * nonfree
+    )
     for p in payments:
         p["amount"] = _count(p["amount"], "each payment amount")
         _payment_method(user, p["payment_id"], p["amount"], for_booking=True)
@@ -230,17 +257,29 @@ def book_reservation(
     rid = f"Z{db['counters']['reservation']:05d}"
     db["counters"]["reservation"] += 1
     res = {
-        "reservation_id": rid, "user_id": user["user_id"], "origin": origin, "destination": destination,
-        "flight_type": flight_type, "cabin": cabin, "flights": segments, "passengers": people,
-        "payment_history": payments, "created_at": db["now"], "total_baggages": total_bags,
-        "nonfree_baggages": nonfree, "insurance": insurance, "status": "active",
+        "reservation_id": rid,
+        "user_id": user["user_id"],
+        "origin": origin,
+        "destination": destination,
+        "flight_type": flight_type,
+        "cabin": cabin,
+        "flights": segments,
+        "passengers": people,
+        "payment_history": payments,
+        "created_at": db["now"],
+        "total_baggages": total_bags,
+        "nonfree_baggages": nonfree,
+        "insurance": insurance,
+        "status": "active",
     }
     db["reservations"][rid] = res
     user["reservations"].append(rid)
     return copy.deepcopy(res)
 
 
-def update_reservation_flights(db: Database, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str) -> dict[str, Any]:
+def update_reservation_flights(
+    db: Database, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str
+) -> dict[str, Any]:
     """Replace the flights and/or cabin; kept flights keep their price, others cost today's price."""
     res = _reservation(db, reservation_id)
     user = db["users"][res["user_id"]]
@@ -272,7 +311,9 @@ def update_reservation_flights(db: Database, reservation_id: str, cabin: str, fl
     return get_reservation_details(db, reservation_id)
 
 
-def update_reservation_baggages(db: Database, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str) -> dict[str, Any]:
+def update_reservation_baggages(
+    db: Database, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str
+) -> dict[str, Any]:
     """Add checked bags; each new non-free bag is charged to payment_id. Bags cannot be removed."""
     res = _reservation(db, reservation_id)
     user = db["users"][res["user_id"]]
@@ -280,7 +321,9 @@ def update_reservation_baggages(db: Database, reservation_id: str, total_baggage
     if nonfree > total_bags:
         raise ToolError("nonfree_baggages cannot exceed total_baggages")
     if total_bags < res["total_baggages"] or nonfree < res["nonfree_baggages"]:
-        raise ToolError(f"bags can only be added: the reservation has {res['total_baggages']} ({res['nonfree_baggages']} non-free)")
+        raise ToolError(
+            f"bags can only be added: the reservation has {res['total_baggages']} ({res['nonfree_baggages']} non-free)"
+        )
     fee = (nonfree - res["nonfree_baggages"]) * BAG_PRICE
     _payment_method(user, payment_id, fee, for_booking=False)
     res["total_baggages"], res["nonfree_baggages"] = total_bags, nonfree
@@ -290,7 +333,9 @@ def update_reservation_baggages(db: Database, reservation_id: str, total_baggage
     return get_reservation_details(db, reservation_id)
 
 
-def update_reservation_passengers(db: Database, reservation_id: str, passengers: list[dict[str, Any]]) -> dict[str, Any]:
+def update_reservation_passengers(
+    db: Database, reservation_id: str, passengers: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Replace the passengers' details; the number of passengers cannot change."""
     res = _reservation(db, reservation_id)
     people = _records(passengers, ("first_name", "last_name", "dob"), "passengers")
@@ -345,53 +390,135 @@ def transfer_to_human_agents(db: Database, summary: str) -> str:
 TOOLS = {
     fn.__name__: fn
     for fn in (
-        get_user_details, get_reservation_details, list_all_airports, search_direct_flight, search_onestop_flight,
-        book_reservation, update_reservation_flights, update_reservation_baggages, update_reservation_passengers,
-        cancel_reservation, send_certificate, transfer_to_human_agents,
+        get_user_details,
+        get_reservation_details,
+        list_all_airports,
+        search_direct_flight,
+        search_onestop_flight,
+        book_reservation,
+        update_reservation_flights,
+        update_reservation_baggages,
+        update_reservation_passengers,
+        cancel_reservation,
+        send_certificate,
+        transfer_to_human_agents,
     )
 }
-WRITE_TOOLS = frozenset({
-    "book_reservation", "update_reservation_flights", "update_reservation_baggages",
-    "update_reservation_passengers", "cancel_reservation", "send_certificate",
-})
+WRITE_TOOLS = frozenset(
+    {
+        "book_reservation",
+        "update_reservation_flights",
+        "update_reservation_baggages",
+        "update_reservation_passengers",
+        "cancel_reservation",
+        "send_certificate",
+    }
+)
 
 _S = {"type": "string"}
 _INT = {"type": "integer", "minimum": 0}
 _CABIN = {"type": "string", "enum": list(CABINS)}
 _LEGS = {
-    "type": "array", "description": "the flights in travel order",
-    "items": {"type": "object", "properties": {"flight_number": _S, "date": {"type": "string", "description": "YYYY-MM-DD"}}, "required": ["flight_number", "date"]},
+    "type": "array",
+    "description": "the flights in travel order",
+    "items": {
+        "type": "object",
+        "properties": {"flight_number": _S, "date": {"type": "string", "description": "YYYY-MM-DD"}},
+        "required": ["flight_number", "date"],
+    },
 }
 _PEOPLE = {
     "type": "array",
-    "items": {"type": "object", "properties": {"first_name": _S, "last_name": _S, "dob": {"type": "string", "description": "YYYY-MM-DD"}}, "required": ["first_name", "last_name", "dob"]},
+    "items": {
+        "type": "object",
+        "properties": {"first_name": _S, "last_name": _S, "dob": {"type": "string", "description": "YYYY-MM-DD"}},
+        "required": ["first_name", "last_name", "dob"],
+    },
 }
 _ARGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "get_user_details": ("Get a user's profile: name, membership, payment methods, saved passengers, reservation ids.", {"user_id": _S}),
-    "get_reservation_details": ("Get a reservation, with the current status of each of its flights.", {"reservation_id": _S}),
+    "get_user_details": (
+        "Get a user's profile: name, membership, payment methods, saved passengers, reservation ids.",
+        {"user_id": _S},
+    ),
+    "get_reservation_details": (
+        "Get a reservation, with the current status of each of its flights.",
+        {"reservation_id": _S},
+    ),
     "list_all_airports": ("List every airport the airline serves, with its code and city.", {}),
-    "search_direct_flight": ("Search bookable direct flights between two airports on a date.", {"origin": _S, "destination": _S, "date": {"type": "string", "description": "YYYY-MM-DD"}}),
-    "search_onestop_flight": ("Search bookable one-stop connections between two airports on a date.", {"origin": _S, "destination": _S, "date": {"type": "string", "description": "YYYY-MM-DD"}}),
-    "book_reservation": ("Book a reservation. The payments must add up to the exact total price.", {
-        "user_id": _S, "origin": _S, "destination": _S,
-        "flight_type": {"type": "string", "enum": ["one_way", "round_trip"]}, "cabin": _CABIN,
-        "flights": _LEGS, "passengers": _PEOPLE,
-        "payment_methods": {"type": "array", "items": {"type": "object", "properties": {"payment_id": _S, "amount": _INT}, "required": ["payment_id", "amount"]}},
-        "total_baggages": _INT, "nonfree_baggages": _INT, "insurance": {"type": "string", "enum": ["yes", "no"]},
-    }),
-    "update_reservation_flights": ("Change a reservation's flights and/or cabin; pass every flight of the new itinerary, kept ones too.", {
-        "reservation_id": _S, "cabin": _CABIN, "flights": _LEGS,
-        "payment_id": {"type": "string", "description": "a gift card or credit card from the profile, charged or refunded the difference"},
-    }),
-    "update_reservation_baggages": ("Set a reservation's checked bags (only increases); new non-free bags are charged.", {
-        "reservation_id": _S, "total_baggages": _INT, "nonfree_baggages": _INT, "payment_id": _S,
-    }),
-    "update_reservation_passengers": ("Replace the passengers' details; the number of passengers must stay the same.", {"reservation_id": _S, "passengers": _PEOPLE}),
+    "search_direct_flight": (
+        "Search bookable direct flights between two airports on a date.",
+        {"origin": _S, "destination": _S, "date": {"type": "string", "description": "YYYY-MM-DD"}},
+    ),
+    "search_onestop_flight": (
+        "Search bookable one-stop connections between two airports on a date.",
+        {"origin": _S, "destination": _S, "date": {"type": "string", "description": "YYYY-MM-DD"}},
+    ),
+    "book_reservation": (
+        "Book a reservation. The payments must add up to the exact total price.",
+        {
+            "user_id": _S,
+            "origin": _S,
+            "destination": _S,
+            "flight_type": {"type": "string", "enum": ["one_way", "round_trip"]},
+            "cabin": _CABIN,
+            "flights": _LEGS,
+            "passengers": _PEOPLE,
+            "payment_methods": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"payment_id": _S, "amount": _INT},
+                    "required": ["payment_id", "amount"],
+                },
+            },
+            "total_baggages": _INT,
+            "nonfree_baggages": _INT,
+            "insurance": {"type": "string", "enum": ["yes", "no"]},
+        },
+    ),
+    "update_reservation_flights": (
+        "Change a reservation's flights and/or cabin; pass every flight of the new itinerary, kept ones too.",
+        {
+            "reservation_id": _S,
+            "cabin": _CABIN,
+            "flights": _LEGS,
+            "payment_id": {
+                "type": "string",
+                "description": "a gift card or credit card from the profile, charged or refunded the difference",
+            },
+        },
+    ),
+    "update_reservation_baggages": (
+        "Set a reservation's checked bags (only increases); new non-free bags are charged.",
+        {
+            "reservation_id": _S,
+            "total_baggages": _INT,
+            "nonfree_baggages": _INT,
+            "payment_id": _S,
+        },
+    ),
+    "update_reservation_passengers": (
+        "Replace the passengers' details; the number of passengers must stay the same.",
+        {"reservation_id": _S, "passengers": _PEOPLE},
+    ),
     "cancel_reservation": ("Cancel a whole reservation and refund its payments.", {"reservation_id": _S}),
-    "send_certificate": ("Give the user a travel certificate worth a number of dollars.", {"user_id": _S, "amount": _INT}),
-    "transfer_to_human_agents": ("Transfer the customer to a human agent, with a summary of the issue.", {"summary": _S}),
+    "send_certificate": (
+        "Give the user a travel certificate worth a number of dollars.",
+        {"user_id": _S, "amount": _INT},
+    ),
+    "transfer_to_human_agents": (
+        "Transfer the customer to a human agent, with a summary of the issue.",
+        {"summary": _S},
+    ),
 }
 TOOL_SCHEMAS = [
-    {"type": "function", "function": {"name": name, "description": desc, "parameters": {"type": "object", "properties": props, "required": list(props)}}}
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": props, "required": list(props)},
+        },
+    }
     for name, (desc, props) in _ARGS.items()
 ]

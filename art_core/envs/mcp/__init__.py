@@ -20,4 +20,12 @@ def load_environment(**options: Any) -> McpEnv:
     return McpEnv(**options)
 
 
-__all__ = ["GenerateOptions", "InexpressibleToolError", "McpEnv", "McpOptions", "McpServer", "McpServerError", "load_environment"]
+__all__ = [
+    "GenerateOptions",
+    "InexpressibleToolError",
+    "McpEnv",
+    "McpOptions",
+    "McpServer",
+    "McpServerError",
+    "load_environment",
+]

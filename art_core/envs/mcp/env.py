@@ -56,7 +56,9 @@ class GenerateOptions(BaseModel):
     custom_instructions: str | None = None
     api_base: str | None = Field(None, description="OpenAI-compatible base URL of the generator; None: the provider's.")
     max_retries: int = Field(3, ge=0, description="Retries of a failed or schema-breaking reply before a clear error.")
-    litellm_params: dict[str, Any] = Field(default_factory=dict, description="More litellm arguments (no keys: use env vars).")
+    litellm_params: dict[str, Any] = Field(
+        default_factory=dict, description="More litellm arguments (no keys: use env vars)."
+    )
 
 
 class McpOptions(McpServer):
@@ -67,18 +69,30 @@ class McpOptions(McpServer):
     )
     generate: GenerateOptions | None = Field(None, description="Generate the tasks from the server's tools instead.")
     store: str | None = Field(None, description="Storage root that keeps generated sets; None: ART_STORAGE_ROOT.")
-    val_size: int | None = Field(None, ge=0, description="Held-out scenarios for 'val'; None: a sixth of them (none of 5 or fewer: "
-                                  "then every split is all of them).")
+    val_size: int | None = Field(
+        None,
+        ge=0,
+        description="Held-out scenarios for 'val'; None: a sixth of them (none of 5 or fewer: "
+        "then every split is all of them).",
+    )
     test_size: int = Field(0, ge=0, description="Held-out scenarios for 'test' (0: 'test' is the 'val' set).")
     split_seed: int = Field(0, description="Seeds the shuffle that draws the splits.")
     system_prompt: str | None = Field(None, description="The agent's system prompt; {server} is the server's name.")
     max_turns: int = Field(10, ge=1, description="Model calls before the episode is cut off.")
-    state_key_arg: str | None = Field("state_key", description="Tool argument that isolates a caller's state, if tools take it.")
-    reset_tool: str | None = Field("reset_state", description="Tool called at the start of each rollout, if the server has it.")
+    state_key_arg: str | None = Field(
+        "state_key", description="Tool argument that isolates a caller's state, if tools take it."
+    )
+    reset_tool: str | None = Field(
+        "reset_state", description="Tool called at the start of each rollout, if the server has it."
+    )
     hidden_tools: list[str] = Field(default_factory=list, description="Server tools not offered to the model.")
-    max_result_chars: int = Field(20_000, ge=100, description="Longer tool results are cut (with a note) before the model reads them.")
+    max_result_chars: int = Field(
+        20_000, ge=100, description="Longer tool results are cut (with a note) before the model reads them."
+    )
     force_tool_calls: bool = False  # test models: constrain each turn with a vLLM structured-outputs regex
-    forced_message_chars: int = Field(0, ge=0)  # with force_tool_calls: also admit a plain reply this long (0: calls only)
+    forced_message_chars: int = Field(
+        0, ge=0
+    )  # with force_tool_calls: also admit a plain reply this long (0: calls only)
 
     @property
     def server(self) -> McpServer:
@@ -93,18 +107,27 @@ class McpEnv(Environment):
     def __init__(self, **options: Any) -> None:
         self.options = McpOptions(**options)
         if self.options.scenarios is None and self.options.generate is None:
-            raise ValueError("the mcp environment needs tasks: scenarios=['...'] (or a stored collection's URI) or "
-                             "generate={'generator_model': '...'}")
+            raise ValueError(
+                "the mcp environment needs tasks: scenarios=['...'] (or a stored collection's URI) or "
+                "generate={'generator_model': '...'}"
+            )
         self.server_name, raw_tools, raw_resources = run_blocking(discover(self.options.server))
         self._build_catalog(raw_tools, raw_resources)
         if self.options.url and not self.state_key_tools and self.reset is None:
-            log.warning("MCP server %s offers no state key and no reset tool: concurrent rollouts share its state", self.options.url)
+            log.warning(
+                "MCP server %s offers no state key and no reset tool: concurrent rollouts share its state",
+                self.options.url,
+            )
 
     def _build_catalog(self, tools: list[Any], resources: list[Any]) -> None:
         o = self.options
-        self.raw_tools = [{"name": t.name, "description": t.description or "", "parameters": t.input_schema or {}} for t in tools]
-        self.raw_resources = [{"uri": str(r.uri), "name": r.name, "description": r.description or "", "mime_type": r.mime_type}
-                              for r in resources]
+        self.raw_tools = [
+            {"name": t.name, "description": t.description or "", "parameters": t.input_schema or {}} for t in tools
+        ]
+        self.raw_resources = [
+            {"uri": str(r.uri), "name": r.name, "description": r.description or "", "mime_type": r.mime_type}
+            for r in resources
+        ]
         names = {t["name"] for t in self.raw_tools}
         unknown = sorted(set(o.hidden_tools) - names)
         if unknown:
@@ -114,14 +137,19 @@ class McpEnv(Environment):
         self.state_key_tools = {t["name"] for t in self.raw_tools if key and takes_argument(t["parameters"], key)}
         hidden = set(o.hidden_tools) | ({self.reset} if self.reset else set())
         self._tools = [
-            openai_tool(t["name"], t["description"], t["parameters"], hide=(key,) if t["name"] in self.state_key_tools else ())
-            for t in self.raw_tools if t["name"] not in hidden
+            openai_tool(
+                t["name"], t["description"], t["parameters"], hide=(key,) if t["name"] in self.state_key_tools else ()
+            )
+            for t in self.raw_tools
+            if t["name"] not in hidden
         ]
         self.resource_tool = bool(self.raw_resources) and READ_RESOURCE not in names
         if self.resource_tool:
             self._tools.append(read_resource_tool(self.raw_resources))
         if not self._tools:
-            raise ValueError(f"MCP server {o.server.describe()!r} offers the model no tools (hidden_tools hides them all?)")
+            raise ValueError(
+                f"MCP server {o.server.describe()!r} offers the model no tools (hidden_tools hides them all?)"
+            )
 
     @property
     def constrains_sampling(self) -> bool:
@@ -147,7 +175,9 @@ class McpEnv(Environment):
             items = [{"task": s, "difficulty": 3} if isinstance(s, str) else s for s in o.scenarios]
             return mcp.GeneratedScenarioCollection.from_dicts(items).to_dicts()
         assert o.generate is not None
-        collection = mcp.stored_scenarios(o.server.describe(), self.raw_tools, self.raw_resources, o.generate, store=o.store)
+        collection = mcp.stored_scenarios(
+            o.server.describe(), self.raw_tools, self.raw_resources, o.generate, store=o.store
+        )
         return collection.to_dicts()
 
     def scenarios(self, split: Split) -> list[Scenario]:
@@ -162,7 +192,11 @@ class McpEnv(Environment):
         if n_val + n_test == 0:  # a handful of hand-written tasks: every split is all of them
             picked = order
         else:
-            picked = {"val": order[:n_val], "test": order[n_val:n_val + n_test] or order[:n_val], "train": order[n_val + n_test:]}[split]
+            picked = {
+                "val": order[:n_val],
+                "test": order[n_val : n_val + n_test] or order[:n_val],
+                "train": order[n_val + n_test :],
+            }[split]
         return [Scenario(id=f"mcp-{i:03d}", split=split, data=items[i]) for i in picked]
 
     # ---- one episode ----------------------------------------------------------------------------
@@ -183,10 +217,19 @@ class McpEnv(Environment):
             extra_body["structured_outputs"] = {"regex": self.forced_regex()}
         key = f"art-{uuid.uuid4().hex}" if self.state_key_tools or self.reset else None
         traj = Trajectory(
-            messages_and_choices=[{"role": "system", "content": self.system_prompt}, {"role": "user", "content": scenario.data["task"]}],
+            messages_and_choices=[
+                {"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": scenario.data["task"]},
+            ],
             tools=self.tools(),
-            metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split, "server": self.server_name,
-                      "difficulty": scenario.data.get("difficulty"), "state_key": key or ""},
+            metadata={
+                "env": self.name,
+                "scenario_id": scenario.id,
+                "split": scenario.split,
+                "server": self.server_name,
+                "difficulty": scenario.data.get("difficulty"),
+                "state_key": key or "",
+            },
         )
         counts = {"tool_calls": 0, "tool_errors": 0}
         turns, stop_reason = 0, "max_turns"
@@ -195,7 +238,12 @@ class McpEnv(Environment):
             while turns < o.max_turns:
                 turns += 1
                 completion = await client.chat.completions.create(
-                    model=model, messages=traj.messages(), tools=self.tools(), logprobs=True, extra_body=extra_body, **sampling
+                    model=model,
+                    messages=traj.messages(),
+                    tools=self.tools(),
+                    logprobs=True,
+                    extra_body=extra_body,
+                    **sampling,
                 )
                 choice = completion.choices[0]
                 traj.messages_and_choices.append(choice)
@@ -221,12 +269,20 @@ class McpEnv(Environment):
         if self.reset is None:
             return
         schema = next(t["parameters"] for t in self.raw_tools if t["name"] == self.reset)
-        args = {self.options.state_key_arg: key} if self.options.state_key_arg and takes_argument(schema, self.options.state_key_arg) else {}
+        args = (
+            {self.options.state_key_arg: key}
+            if self.options.state_key_arg and takes_argument(schema, self.options.state_key_arg)
+            else {}
+        )
         text, error = await server.call(self.reset, args)
         if error:
-            raise McpServerError(f"MCP server {self.options.server.describe()!r}: its reset tool {self.reset} failed: {text[:300]}")
+            raise McpServerError(
+                f"MCP server {self.options.server.describe()!r}: its reset tool {self.reset} failed: {text[:300]}"
+            )
 
-    async def call_tool(self, server: Any, name: str, arguments: str | dict[str, Any], key: str | None = None) -> tuple[str, bool]:
+    async def call_tool(
+        self, server: Any, name: str, arguments: str | dict[str, Any], key: str | None = None
+    ) -> tuple[str, bool]:
         """Send one model tool call to the server; returns (text the model reads, is_error)."""
         if isinstance(arguments, str):
             try:

@@ -62,7 +62,9 @@ def diff(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return [(path, a, b)]
 
 
-def replay_tasks(task_ids: list[str] | None = None, state_dir: str | None = None, command: list[str] | None = None) -> ReplayReport:
+def replay_tasks(
+    task_ids: list[str] | None = None, state_dir: str | None = None, command: list[str] | None = None
+) -> ReplayReport:
     """Replay the gold actions of `task_ids` (default: every retail task) through the server and our tools."""
     from art_core.envs.tau2.data import load_tau2_data
     from art_core.envs.tau2.retail import TOOLS
@@ -87,7 +89,9 @@ def replay_tasks(task_ids: list[str] | None = None, state_dir: str | None = None
                 outcomes[tid] = []
                 for action in _actions(data.tasks[tid]):
                     text, error = await conn.call(action["name"], {**(action.get("arguments") or {}), "state_key": key})
-                    outcomes[tid].append((json.loads(text.removeprefix("Error: "))["tau2_tool_message"]["content"], error))
+                    outcomes[tid].append(
+                        (json.loads(text.removeprefix("Error: "))["tau2_tool_message"]["content"], error)
+                    )
         return outcomes
 
     served = run_blocking(through_server())
@@ -124,8 +128,15 @@ def _parsed(text: str) -> Any:
 REASONS = {
     field: "the server's order view (its 'official order-shaped payload') lists unset optional fields as null; our "
     "tools return the stored order, which never had them. Answers only: the databases are equal"
-    for field in ("cancel_reason", "exchange_items", "exchange_new_items", "exchange_payment_method_id",
-                  "exchange_price_difference", "return_items", "return_payment_method_id")
+    for field in (
+        "cancel_reason",
+        "exchange_items",
+        "exchange_new_items",
+        "exchange_payment_method_id",
+        "exchange_price_difference",
+        "return_items",
+        "return_payment_method_id",
+    )
 }
 
 
@@ -156,13 +167,30 @@ def markdown(report: ReplayReport) -> str:
         f"{sum(1 for d in report.action_differences if d.server.startswith('Error') != d.ours.startswith('Error'))}).",
     ]
     if report.db_differences:
-        lines += ["", "## Database differences", "", "| task | path | server | ours | reason |", "|---|---|---|---|---|"]
-        lines += [f"| {d.task_id} | {d.where} | {_cell(d.server)} | {_cell(d.ours)} | {REASONS.get(d.where.rsplit('/', 1)[-1], 'unexplained')} |"
-                  for d in report.db_differences]
+        lines += [
+            "",
+            "## Database differences",
+            "",
+            "| task | path | server | ours | reason |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {d.task_id} | {d.where} | {_cell(d.server)} | {_cell(d.ours)} | {REASONS.get(d.where.rsplit('/', 1)[-1], 'unexplained')} |"
+            for d in report.db_differences
+        ]
     groups = answer_differences(report)
     if groups:
-        lines += ["", "## Answer differences, by field", "", "| field | server | ours | answers | reason |", "|---|---|---|---|---|"]
-        lines += [f"| {f} | {a} | {b} | {len(where)} | {REASONS.get(f, 'unexplained')} |" for (f, a, b), where in sorted(groups.items())]
+        lines += [
+            "",
+            "## Answer differences, by field",
+            "",
+            "| field | server | ours | answers | reason |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {f} | {a} | {b} | {len(where)} | {REASONS.get(f, 'unexplained')} |"
+            for (f, a, b), where in sorted(groups.items())
+        ]
         lines += ["", "Where (task:action index), per field:", ""]
         lines += [f"- {f}: {', '.join(where)}" for (f, _, _), where in sorted(groups.items())]
     return "\n".join(lines) + "\n"

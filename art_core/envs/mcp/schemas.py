@@ -30,7 +30,9 @@ class InexpressibleToolError(ValueError):
     """An MCP tool whose name or input schema OpenAI's tool format cannot carry."""
 
 
-def openai_tool(name: str, description: str | None, schema: dict[str, Any] | None, hide: tuple[str, ...] = ()) -> dict[str, Any]:
+def openai_tool(
+    name: str, description: str | None, schema: dict[str, Any] | None, hide: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The OpenAI tool for one MCP tool; `hide` names arguments the environment fills in itself (a state key)."""
     if not _NAME.match(name or ""):
         raise InexpressibleToolError(
@@ -39,15 +41,17 @@ def openai_tool(name: str, description: str | None, schema: dict[str, Any] | Non
         )
     params = copy.deepcopy(schema) if schema else {"type": "object", "properties": {}}
     if not isinstance(params, dict):
-        raise InexpressibleToolError(f"MCP tool {name!r}: its input schema is {type(params).__name__}, not a JSON object schema")
+        raise InexpressibleToolError(
+            f"MCP tool {name!r}: its input schema is {type(params).__name__}, not a JSON object schema"
+        )
     params.pop("$schema", None)  # a draft URI OpenAI does not need
     kind = params.get("type", "object" if "properties" in params else None)
     bad_root = [k for k in _ROOT_COMBINATORS if k in params]
     if kind != "object" or bad_root:
         what = f"type {kind!r}" if kind != "object" else f"{bad_root[0]!r} at the root"
         raise InexpressibleToolError(
-            f"MCP tool {name!r}: OpenAI tool parameters must be one JSON object schema ({{\"type\": \"object\", "
-            f"\"properties\": ...}}), this one has {what}; wrap the arguments in an object on the server, or leave the "
+            f'MCP tool {name!r}: OpenAI tool parameters must be one JSON object schema ({{"type": "object", '
+            f'"properties": ...}}), this one has {what}; wrap the arguments in an object on the server, or leave the '
             "tool out with hidden_tools"
         )
     outside = sorted(set(_external_refs(params)))
@@ -92,7 +96,13 @@ def read_resource_tool(resources: list[dict[str, Any]]) -> dict[str, Any]:
             "description": f"Read one of the server's resources by its URI. Resources: {listing}",
             "parameters": {
                 "type": "object",
-                "properties": {"uri": {"type": "string", "enum": [r["uri"] for r in resources], "description": "The resource's URI."}},
+                "properties": {
+                    "uri": {
+                        "type": "string",
+                        "enum": [r["uri"] for r in resources],
+                        "description": "The resource's URI.",
+                    }
+                },
                 "required": ["uri"],
             },
         },

@@ -55,7 +55,9 @@ class McpServer(BaseModel):
     @model_validator(mode="after")
     def _one_place(self) -> "McpServer":
         if (self.command is None) == (self.url is None):
-            raise ValueError("give the MCP server as command=[...] (stdio) or url='http://...' (streamable HTTP), exactly one")
+            raise ValueError(
+                "give the MCP server as command=[...] (stdio) or url='http://...' (streamable HTTP), exactly one"
+            )
         if self.command is not None and (not self.command or not all(isinstance(a, str) and a for a in self.command)):
             raise ValueError(f"command must be a non-empty list of non-empty strings, got {self.command!r}")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
@@ -133,7 +135,10 @@ class Connection:
             if self._died():
                 raise await self._failed(f"stopped answering while reading {uri}", e) from None
             return f"Error: {e}", True
-        parts = [getattr(c, "text", None) or f"<{getattr(c, 'mime_type', None) or 'binary'} content>" for c in result.contents]
+        parts = [
+            getattr(c, "text", None) or f"<{getattr(c, 'mime_type', None) or 'binary'} content>"
+            for c in result.contents
+        ]
         return "\n".join(parts), False
 
     async def _failed(self, what: str, exc: BaseException) -> McpServerError:
@@ -179,7 +184,9 @@ async def connect(spec: McpServer) -> AsyncIterator[Connection]:
                 await conn.client.__aexit__(None, None, None)
         return
     async with _stdio(spec) as (streams, process, stderr):
-        conn = Connection(spec, Client(_Streams(streams), read_timeout_seconds=spec.start_timeout_s, mode="legacy"), process, stderr)
+        conn = Connection(
+            spec, Client(_Streams(streams), read_timeout_seconds=spec.start_timeout_s, mode="legacy"), process, stderr
+        )
         try:
             await asyncio.wait_for(conn.client.__aenter__(), spec.start_timeout_s)
         except Exception as e:
@@ -217,11 +224,17 @@ async def _stdio(spec: McpServer) -> AsyncIterator[tuple[tuple[Any, Any], Any, A
     stderr = tempfile.TemporaryFile()
     try:
         process = await anyio.open_process(
-            [_executable(spec.command[0]), *spec.command[1:]], env={**get_default_environment(), **spec.env}, cwd=spec.cwd, stderr=stderr, start_new_session=True
+            [_executable(spec.command[0]), *spec.command[1:]],
+            env={**get_default_environment(), **spec.env},
+            cwd=spec.cwd,
+            stderr=stderr,
+            start_new_session=True,
         )
     except OSError as e:
         stderr.close()
-        raise McpServerError(f"MCP server {spec.describe()!r} failed to start: {e}; check the command and PATH") from None
+        raise McpServerError(
+            f"MCP server {spec.describe()!r} failed to start: {e}; check the command and PATH"
+        ) from None
     guard(process.pid, group=True)
     read_send, read_recv = anyio.create_memory_object_stream(0)
     write_send, write_recv = anyio.create_memory_object_stream(0)
@@ -236,7 +249,9 @@ async def _stdio(spec: McpServer) -> AsyncIterator[tuple[tuple[Any, Any], Any, A
                         if not line.strip():
                             continue
                         try:
-                            item: Any = SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+                            item: Any = SessionMessage(
+                                mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                            )
                         except ValueError as e:  # a line that is not JSON-RPC (a server printing to stdout)
                             item = e
                         await read_send.send(item)

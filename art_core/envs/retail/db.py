@@ -39,9 +39,18 @@ LAST_NAMES = (
 ).split()
 # (city, state, zip prefix): zips get two random digits appended, so name+zip is usually unique
 CITIES = (
-    ("Austin", "TX", "787"), ("Denver", "CO", "802"), ("Portland", "OR", "972"), ("Columbus", "OH", "432"),
-    ("Raleigh", "NC", "276"), ("Madison", "WI", "537"), ("Phoenix", "AZ", "850"), ("Boise", "ID", "837"),
-    ("Albany", "NY", "122"), ("Tampa", "FL", "336"), ("Omaha", "NE", "681"), ("Tucson", "AZ", "857"),
+    ("Austin", "TX", "787"),
+    ("Denver", "CO", "802"),
+    ("Portland", "OR", "972"),
+    ("Columbus", "OH", "432"),
+    ("Raleigh", "NC", "276"),
+    ("Madison", "WI", "537"),
+    ("Phoenix", "AZ", "850"),
+    ("Boise", "ID", "837"),
+    ("Albany", "NY", "122"),
+    ("Tampa", "FL", "336"),
+    ("Omaha", "NE", "681"),
+    ("Tucson", "AZ", "857"),
 )
 STREETS = "Oak Maple Cedar Pine Elm Birch Willow Lake Hill River Park Sunset Meadow Spring Forest".split()
 STREET_KINDS = ("Street", "Avenue", "Lane", "Road", "Drive", "Court")
@@ -49,26 +58,119 @@ CARD_BRANDS = ("visa", "mastercard", "amex", "discover")
 
 # product name -> (base price, {option: [values]}); variants are a seeded subset of the option grid
 CATALOG: dict[str, tuple[float, dict[str, list[str]]]] = {
-    "T-Shirt": (22.0, {"color": ["red", "blue", "black", "white"], "size": ["S", "M", "L", "XL"], "material": ["cotton", "polyester"]}),
-    "Water Bottle": (18.0, {"capacity": ["500ml", "750ml", "1000ml"], "material": ["steel", "glass", "plastic"], "color": ["green", "grey"]}),
-    "Backpack": (65.0, {"color": ["black", "navy", "olive"], "size": ["small", "medium", "large"], "compartment": ["laptop", "camera"]}),
-    "Headphones": (120.0, {"type": "over-ear on-ear in-ear".split(), "connectivity": ["wired", "wireless"], "color": ["black", "white"]}),
+    "T-Shirt": (
+        22.0,
+        {
+            "color": ["red", "blue", "black", "white"],
+            "size": ["S", "M", "L", "XL"],
+            "material": ["cotton", "polyester"],
+        },
+    ),
+    "Water Bottle": (
+        18.0,
+        {
+            "capacity": ["500ml", "750ml", "1000ml"],
+            "material": ["steel", "glass", "plastic"],
+            "color": ["green", "grey"],
+        },
+    ),
+    "Backpack": (
+        65.0,
+        {
+            "color": ["black", "navy", "olive"],
+            "size": ["small", "medium", "large"],
+            "compartment": ["laptop", "camera"],
+        },
+    ),
+    "Headphones": (
+        120.0,
+        {"type": "over-ear on-ear in-ear".split(), "connectivity": ["wired", "wireless"], "color": ["black", "white"]},
+    ),
     "Coffee Maker": (90.0, {"capacity": ["4 cups", "8 cups", "12 cups"], "type": ["drip", "espresso", "pour-over"]}),
-    "Running Shoes": (95.0, {"size": ["7", "8", "9", "10", "11"], "color": ["black", "white", "red"], "sole": ["foam", "rubber"]}),
-    "Desk Lamp": (40.0, {"color": ["black", "white", "silver"], "brightness": ["low", "medium", "high"], "power": ["USB", "AC adapter"]}),
-    "Yoga Mat": (30.0, {"thickness": ["4mm", "6mm", "8mm"], "material": ["PVC", "rubber", "TPE"], "color": ["purple", "blue"]}),
-    "Laptop": (950.0, {"screen": ["13-inch", "15-inch"], "processor": ["i5", "i7", "i9"], "ram": ["8GB", "16GB", "32GB"]}),
-    "Smart Watch": (240.0, {"color": ["black", "silver", "gold"], "band": ["silicone", "leather", "metal"], "display": ["LCD", "AMOLED"]}),
-    "Bookshelf": (130.0, {"material": ["oak", "pine", "metal"], "color": ["brown", "white", "black"], "height": ["3 ft", "5 ft", "6 ft"]}),
-    "Electric Kettle": (45.0, {"capacity": ["1L", "1.5L", "2L"], "material": ["steel", "glass"], "color": ["black", "white", "silver"]}),
-    "Sunglasses": (80.0, {"frame": ["black", "brown", "silver"], "lens": ["grey", "green", "blue"], "polarized": ["yes", "no"]}),
-    "Umbrella": (25.0, {"size": ["compact", "full"], "color": ["black", "red", "blue"], "pattern": ["solid", "striped"]}),
-    "Wall Clock": (35.0, {"diameter": ["10 inches", "12 inches", "14 inches"], "color": ["black", "white", "wood"], "type": ["analog", "digital"]}),
-    "Mechanical Keyboard": (110.0, {"switch": ["linear", "tactile", "clicky"], "layout": ["full", "TKL", "60%"], "backlight": ["none", "white", "RGB"]}),
-    "Hiking Boots": (140.0, {"size": ["7", "8", "9", "10", "11", "12"], "material": ["leather", "synthetic"], "waterproof": ["yes", "no"]}),
-    "Blender": (70.0, {"capacity": ["1L", "1.5L", "2L"], "power": ["500W", "800W", "1200W"], "color": ["black", "red"]}),
-    "Office Chair": (210.0, {"material": ["mesh", "leather", "fabric"], "color": ["black", "grey", "blue"], "armrest": ["fixed", "adjustable"]}),
-    "Tablet": (380.0, {"screen": ["8-inch", "10-inch", "12-inch"], "storage": ["64GB", "128GB", "256GB"], "color": ["black", "silver"]}),
+    "Running Shoes": (
+        95.0,
+        {"size": ["7", "8", "9", "10", "11"], "color": ["black", "white", "red"], "sole": ["foam", "rubber"]},
+    ),
+    "Desk Lamp": (
+        40.0,
+        {
+            "color": ["black", "white", "silver"],
+            "brightness": ["low", "medium", "high"],
+            "power": ["USB", "AC adapter"],
+        },
+    ),
+    "Yoga Mat": (
+        30.0,
+        {"thickness": ["4mm", "6mm", "8mm"], "material": ["PVC", "rubber", "TPE"], "color": ["purple", "blue"]},
+    ),
+    "Laptop": (
+        950.0,
+        {"screen": ["13-inch", "15-inch"], "processor": ["i5", "i7", "i9"], "ram": ["8GB", "16GB", "32GB"]},
+    ),
+    "Smart Watch": (
+        240.0,
+        {"color": ["black", "silver", "gold"], "band": ["silicone", "leather", "metal"], "display": ["LCD", "AMOLED"]},
+    ),
+    "Bookshelf": (
+        130.0,
+        {
+            "material": ["oak", "pine", "metal"],
+            "color": ["brown", "white", "black"],
+            "height": ["3 ft", "5 ft", "6 ft"],
+        },
+    ),
+    "Electric Kettle": (
+        45.0,
+        {"capacity": ["1L", "1.5L", "2L"], "material": ["steel", "glass"], "color": ["black", "white", "silver"]},
+    ),
+    "Sunglasses": (
+        80.0,
+        {"frame": ["black", "brown", "silver"], "lens": ["grey", "green", "blue"], "polarized": ["yes", "no"]},
+    ),
+    "Umbrella": (
+        25.0,
+        {"size": ["compact", "full"], "color": ["black", "red", "blue"], "pattern": ["solid", "striped"]},
+    ),
+    "Wall Clock": (
+        35.0,
+        {
+            "diameter": ["10 inches", "12 inches", "14 inches"],
+            "color": ["black", "white", "wood"],
+            "type": ["analog", "digital"],
+        },
+    ),
+    "Mechanical Keyboard": (
+        110.0,
+        {
+            "switch": ["linear", "tactile", "clicky"],
+            "layout": ["full", "TKL", "60%"],
+            "backlight": ["none", "white", "RGB"],
+        },
+    ),
+    "Hiking Boots": (
+        140.0,
+        {"size": ["7", "8", "9", "10", "11", "12"], "material": ["leather", "synthetic"], "waterproof": ["yes", "no"]},
+    ),
+    "Blender": (
+        70.0,
+        {"capacity": ["1L", "1.5L", "2L"], "power": ["500W", "800W", "1200W"], "color": ["black", "red"]},
+    ),
+    "Office Chair": (
+        210.0,
+        {
+            "material": ["mesh", "leather", "fabric"],
+            "color": ["black", "grey", "blue"],
+            "armrest": ["fixed", "adjustable"],
+        },
+    ),
+    "Tablet": (
+        380.0,
+        {
+            "screen": ["8-inch", "10-inch", "12-inch"],
+            "storage": ["64GB", "128GB", "256GB"],
+            "color": ["black", "silver"],
+        },
+    ),
 }
 
 
@@ -132,11 +234,21 @@ def _items(rng: random.Random, products: dict[str, dict[str, Any]]) -> list[dict
         product = products[product_id]
         item_id = rng.choice(sorted(product["variants"]))
         v = product["variants"][item_id]
-        items.append({"name": product["name"], "product_id": product_id, "item_id": item_id, "price": v["price"], "options": dict(v["options"])})
+        items.append(
+            {
+                "name": product["name"],
+                "product_id": product_id,
+                "item_id": item_id,
+                "price": v["price"],
+                "options": dict(v["options"]),
+            }
+        )
     return items
 
 
-def _order(rng: random.Random, order_id: str, user: dict[str, Any], products: dict[str, dict[str, Any]], ids: set[str]) -> dict[str, Any]:
+def _order(
+    rng: random.Random, order_id: str, user: dict[str, Any], products: dict[str, dict[str, Any]], ids: set[str]
+) -> dict[str, Any]:
     items = _items(rng, products)
     status = rng.choices(STATUSES, _STATUS_WEIGHTS)[0]
     total = round(sum(i["price"] for i in items), 2)
@@ -169,7 +281,9 @@ def _order(rng: random.Random, order_id: str, user: dict[str, Any], products: di
         order["exchange_items"] = [line["item_id"]]
         order["exchange_new_items"] = [new_id]
         order["exchange_payment_method_id"] = pm_id
-        order["exchange_price_difference"] = round(products[line["product_id"]]["variants"][new_id]["price"] - line["price"], 2)
+        order["exchange_price_difference"] = round(
+            products[line["product_id"]]["variants"][new_id]["price"] - line["price"], 2
+        )
     return order
 
 

@@ -22,6 +22,7 @@ ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
 
 # ---- argument and lookup checks (every failure is a ToolError the agent can read) ----
 
+
 def _str(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ToolError(f"{name} must be a string, got {type(value).__name__}")
@@ -111,6 +112,7 @@ def _address(fields: dict[str, Any]) -> dict[str, str]:
 
 # ---- read tools ----
 
+
 def find_user_id_by_email(db: Database, email: str) -> str:
     email = _str("email", email).strip().lower()
     for user in db["users"].values():
@@ -120,9 +122,15 @@ def find_user_id_by_email(db: Database, email: str) -> str:
 
 
 def find_user_id_by_name_zip(db: Database, first_name: str, last_name: str, zip: str) -> str:
-    first, last, z = (_str(k, v).strip().lower() for k, v in (("first_name", first_name), ("last_name", last_name), ("zip", zip)))
+    first, last, z = (
+        _str(k, v).strip().lower() for k, v in (("first_name", first_name), ("last_name", last_name), ("zip", zip))
+    )
     for user in db["users"].values():
-        if (user["name"]["first_name"].lower(), user["name"]["last_name"].lower(), user["address"]["zip"]) == (first, last, z):
+        if (user["name"]["first_name"].lower(), user["name"]["last_name"].lower(), user["address"]["zip"]) == (
+            first,
+            last,
+            z,
+        ):
             return user["user_id"]
     raise ToolError(f"no user named {first_name} {last_name} with zip {zip}")
 
@@ -148,6 +156,7 @@ def list_all_product_types(db: Database) -> dict[str, str]:
 
 # ---- write tools ----
 
+
 def cancel_pending_order(db: Database, order_id: str, reason: str) -> dict[str, Any]:
     order = _order(db, order_id)
     _status(order, "pending")
@@ -155,20 +164,32 @@ def cancel_pending_order(db: Database, order_id: str, reason: str) -> dict[str, 
         raise ToolError(f"reason must be one of {list(CANCEL_REASONS)}")
     for payment in [p for p in order["payment_history"] if p["transaction_type"] == "payment"]:
         _refund(_payment(db, order, payment["payment_method_id"]), payment["amount"])
-        order["payment_history"].append({"transaction_type": "refund", "amount": payment["amount"], "payment_method_id": payment["payment_method_id"]})
+        order["payment_history"].append(
+            {
+                "transaction_type": "refund",
+                "amount": payment["amount"],
+                "payment_method_id": payment["payment_method_id"],
+            }
+        )
     order["status"] = "cancelled"
     order["cancel_reason"] = reason
     return order
 
 
-def modify_pending_order_address(db: Database, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, Any]:
+def modify_pending_order_address(
+    db: Database, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     _status(order, "pending")
-    order["address"] = _address(dict(address1=address1, address2=address2, city=city, state=state, country=country, zip=zip))
+    order["address"] = _address(
+        dict(address1=address1, address2=address2, city=city, state=state, country=country, zip=zip)
+    )
     return order
 
 
-def modify_pending_order_items(db: Database, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+def modify_pending_order_items(
+    db: Database, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     _status(order, "pending")
     lines = _lines(order, item_ids)
@@ -207,13 +228,19 @@ def modify_pending_order_payment(db: Database, order_id: str, payment_method_id:
     return order
 
 
-def modify_user_address(db: Database, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, Any]:
+def modify_user_address(
+    db: Database, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, Any]:
     user = _user(db, user_id)
-    user["address"] = _address(dict(address1=address1, address2=address2, city=city, state=state, country=country, zip=zip))
+    user["address"] = _address(
+        dict(address1=address1, address2=address2, city=city, state=state, country=country, zip=zip)
+    )
     return user
 
 
-def return_delivered_order_items(db: Database, order_id: str, item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+def return_delivered_order_items(
+    db: Database, order_id: str, item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     _status(order, "delivered")
     lines = _lines(order, item_ids)
@@ -227,7 +254,9 @@ def return_delivered_order_items(db: Database, order_id: str, item_ids: list[str
     return order
 
 
-def exchange_delivered_order_items(db: Database, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+def exchange_delivered_order_items(
+    db: Database, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     _status(order, "delivered")
     lines = _lines(order, item_ids)
@@ -253,31 +282,58 @@ def transfer_to_human_agents(db: Database, summary: str) -> str:
 TOOLS = {
     fn.__name__: fn
     for fn in (
-        find_user_id_by_email, find_user_id_by_name_zip, get_user_details, get_order_details, get_product_details,
-        list_all_product_types, cancel_pending_order, modify_pending_order_address, modify_pending_order_items,
-        modify_pending_order_payment, modify_user_address, return_delivered_order_items,
-        exchange_delivered_order_items, transfer_to_human_agents,
+        find_user_id_by_email,
+        find_user_id_by_name_zip,
+        get_user_details,
+        get_order_details,
+        get_product_details,
+        list_all_product_types,
+        cancel_pending_order,
+        modify_pending_order_address,
+        modify_pending_order_items,
+        modify_pending_order_payment,
+        modify_user_address,
+        return_delivered_order_items,
+        exchange_delivered_order_items,
+        transfer_to_human_agents,
     )
 }
-WRITE_TOOLS = frozenset({
-    "cancel_pending_order", "modify_pending_order_address", "modify_pending_order_items", "modify_pending_order_payment",
-    "modify_user_address", "return_delivered_order_items", "exchange_delivered_order_items",
-})
+WRITE_TOOLS = frozenset(
+    {
+        "cancel_pending_order",
+        "modify_pending_order_address",
+        "modify_pending_order_items",
+        "modify_pending_order_payment",
+        "modify_user_address",
+        "return_delivered_order_items",
+        "exchange_delivered_order_items",
+    }
+)
 
 
 # ---- OpenAI function schemas ----
+
 
 def _schema(name: str, description: str, **params: tuple[str, str]) -> dict[str, Any]:
     """params: name -> (JSON type, description); "array" means a list of strings."""
     props = {}
     for p, (typ, desc) in params.items():
-        props[p] = {"type": "array", "items": {"type": "string"}, "description": desc} if typ == "array" else {"type": typ, "description": desc}
+        props[p] = (
+            {"type": "array", "items": {"type": "string"}, "description": desc}
+            if typ == "array"
+            else {"type": typ, "description": desc}
+        )
     return {
         "type": "function",
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": props, "required": list(params), "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": list(params),
+                "additionalProperties": False,
+            },
         },
     }
 
@@ -294,34 +350,81 @@ _ORDER = ("string", "order id including the leading '#', e.g. '#W1234567'")
 _PM = ("string", "payment method id from the user's details, e.g. 'gift_card_1234567'")
 
 TOOL_SCHEMAS = [
-    _schema("find_user_id_by_email", "Find a user's id from their email address.", email=("string", "the user's email")),
-    _schema("find_user_id_by_name_zip", "Find a user's id from their first name, last name and zip code.",
-            first_name=("string", "first name"), last_name=("string", "last name"), zip=("string", "zip code")),
-    _schema("get_user_details", "Get a user's profile: name, email, address, payment methods and order ids.",
-            user_id=("string", "user id, e.g. 'ava_lopez_1234'")),
+    _schema(
+        "find_user_id_by_email", "Find a user's id from their email address.", email=("string", "the user's email")
+    ),
+    _schema(
+        "find_user_id_by_name_zip",
+        "Find a user's id from their first name, last name and zip code.",
+        first_name=("string", "first name"),
+        last_name=("string", "last name"),
+        zip=("string", "zip code"),
+    ),
+    _schema(
+        "get_user_details",
+        "Get a user's profile: name, email, address, payment methods and order ids.",
+        user_id=("string", "user id, e.g. 'ava_lopez_1234'"),
+    ),
     _schema("get_order_details", "Get an order: items, status, address, fulfillments and payments.", order_id=_ORDER),
-    _schema("get_product_details", "Get a product and all its variants (item ids, options, availability, price).",
-            product_id=("string", "product id (see list_all_product_types)")),
+    _schema(
+        "get_product_details",
+        "Get a product and all its variants (item ids, options, availability, price).",
+        product_id=("string", "product id (see list_all_product_types)"),
+    ),
     _schema("list_all_product_types", "List every product name with its product id."),
-    _schema("cancel_pending_order", "Cancel a pending order and refund its payments. The user must confirm first.",
-            order_id=_ORDER, reason=("string", "either 'no longer needed' or 'ordered by mistake'")),
-    _schema("modify_pending_order_address", "Change the shipping address of a pending order. The user must confirm first.",
-            order_id=_ORDER, **_ADDRESS),
-    _schema("modify_pending_order_items", "Swap items of a pending order for other variants of the same products, paying or "
-            "refunding the difference; possible once per order. The user must confirm first.",
-            order_id=_ORDER, item_ids=("array", "item ids to replace"), new_item_ids=("array", "the new item ids, same positions"),
-            payment_method_id=_PM),
-    _schema("modify_pending_order_payment", "Pay a pending order with another of the user's payment methods. The user must confirm first.",
-            order_id=_ORDER, payment_method_id=_PM),
-    _schema("modify_user_address", "Change a user's default address. The user must confirm first.",
-            user_id=("string", "user id"), **_ADDRESS),
-    _schema("return_delivered_order_items", "Request a return of delivered items; the refund goes to the original payment "
-            "method or a gift card. The user must confirm first.",
-            order_id=_ORDER, item_ids=("array", "item ids to return"), payment_method_id=_PM),
-    _schema("exchange_delivered_order_items", "Request an exchange of delivered items for other variants of the same products; "
-            "possible once per order. The user must confirm first.",
-            order_id=_ORDER, item_ids=("array", "item ids to exchange"), new_item_ids=("array", "the new item ids, same positions"),
-            payment_method_id=_PM),
-    _schema("transfer_to_human_agents", "Hand the conversation to a human agent; only when the request is outside this policy.",
-            summary=("string", "a summary of the user's issue")),
+    _schema(
+        "cancel_pending_order",
+        "Cancel a pending order and refund its payments. The user must confirm first.",
+        order_id=_ORDER,
+        reason=("string", "either 'no longer needed' or 'ordered by mistake'"),
+    ),
+    _schema(
+        "modify_pending_order_address",
+        "Change the shipping address of a pending order. The user must confirm first.",
+        order_id=_ORDER,
+        **_ADDRESS,
+    ),
+    _schema(
+        "modify_pending_order_items",
+        "Swap items of a pending order for other variants of the same products, paying or "
+        "refunding the difference; possible once per order. The user must confirm first.",
+        order_id=_ORDER,
+        item_ids=("array", "item ids to replace"),
+        new_item_ids=("array", "the new item ids, same positions"),
+        payment_method_id=_PM,
+    ),
+    _schema(
+        "modify_pending_order_payment",
+        "Pay a pending order with another of the user's payment methods. The user must confirm first.",
+        order_id=_ORDER,
+        payment_method_id=_PM,
+    ),
+    _schema(
+        "modify_user_address",
+        "Change a user's default address. The user must confirm first.",
+        user_id=("string", "user id"),
+        **_ADDRESS,
+    ),
+    _schema(
+        "return_delivered_order_items",
+        "Request a return of delivered items; the refund goes to the original payment "
+        "method or a gift card. The user must confirm first.",
+        order_id=_ORDER,
+        item_ids=("array", "item ids to return"),
+        payment_method_id=_PM,
+    ),
+    _schema(
+        "exchange_delivered_order_items",
+        "Request an exchange of delivered items for other variants of the same products; "
+        "possible once per order. The user must confirm first.",
+        order_id=_ORDER,
+        item_ids=("array", "item ids to exchange"),
+        new_item_ids=("array", "the new item ids, same positions"),
+        payment_method_id=_PM,
+    ),
+    _schema(
+        "transfer_to_human_agents",
+        "Hand the conversation to a human agent; only when the request is outside this policy.",
+        summary=("string", "a summary of the user's issue"),
+    ),
 ]

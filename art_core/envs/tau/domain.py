@@ -51,7 +51,9 @@ class Domain:
     make_db: Callable[[int], Database]  # seed -> a fresh database
     tools: dict[str, ToolFn]  # name -> fn(db, **kwargs)
     tool_schemas: list[dict[str, Any]]  # OpenAI function schemas, one per tool
-    make_tasks: Callable[[Database, int], dict[str, list[Task]]]  # (db, seed) -> {"train": [...], "val": [...], "test": [...]}
+    make_tasks: Callable[
+        [Database, int], dict[str, list[Task]]
+    ]  # (db, seed) -> {"train": [...], "val": [...], "test": [...]}
     write_tools: frozenset[str] = field(default_factory=frozenset)  # tools that change the database
     terminal_tools: frozenset[str] = field(default_factory=lambda: frozenset({"transfer_to_human_agents"}))
 
@@ -89,7 +91,9 @@ def _normalize(text: str) -> str:
     return text.lower().replace(",", "")
 
 
-def reward(domain: Domain, initial_db: Database, final_db: Database, task: Task, said_to_user: list[str]) -> dict[str, float]:
+def reward(
+    domain: Domain, initial_db: Database, final_db: Database, task: Task, said_to_user: list[str]
+) -> dict[str, float]:
     """1.0 only if the final database equals the gold replay and every required output was said."""
     r_actions = float(hash_db(final_db) == hash_db(replay(domain, initial_db, task.actions)))
     said = [_normalize(s) for s in said_to_user]

@@ -102,7 +102,10 @@ class CustomerServiceEnv(Environment):
         if self.options.force_tool_calls:
             extra_body["structured_outputs"] = {"regex": tool_call_regex(tools)}
         traj = Trajectory(
-            messages_and_choices=[{"role": "system", "content": self.domain.policy}, {"role": "user", "content": await user.opening()}],
+            messages_and_choices=[
+                {"role": "system", "content": self.domain.policy},
+                {"role": "user", "content": await user.opening()},
+            ],
             tools=tools,
             metadata={"env": self.name, "task_id": task.id, "split": scenario.split, "seed": self.options.seed},
         )

@@ -32,7 +32,16 @@ CUES: dict[str, tuple[str, ...]] = {
     "order_id": ("order id", "order number", "which order", "order's id", "id of the order"),
     "reason": ("reason", "why"),
     "items": ("which item", "what item", "which product", "items", "item id"),
-    "new_items": ("instead", "new item", "which option", "what option", "replacement", "variant", "exchange for", "change it to"),
+    "new_items": (
+        "instead",
+        "new item",
+        "which option",
+        "what option",
+        "replacement",
+        "variant",
+        "exchange for",
+        "change it to",
+    ),
     "payment_method": ("payment", "refund", "pay with", "pay for", "card"),
     "address": ("address",),
 }
@@ -49,8 +58,17 @@ PHRASES: dict[str, str] = {
     "address": "The address is {}.",
 }
 CONFIRM_CUES = (
-    "confirm", "proceed", "go ahead", "shall i", "should i", "would you like me to", "do you want me to",
-    "yes/no", "(yes", "is that correct", "is this correct",
+    "confirm",
+    "proceed",
+    "go ahead",
+    "shall i",
+    "should i",
+    "would you like me to",
+    "do you want me to",
+    "yes/no",
+    "(yes",
+    "is that correct",
+    "is this correct",
 )
 REFUSAL_CUES = ("cannot", "can't", "can not", "unable", "not able", "not possible", "not allowed", "not eligible")
 # a "please confirm" message that uses one of these and names a number proposes a change rather than asks a question
@@ -140,7 +158,9 @@ class ScriptedUser:
             return STOP
         proposal = any(c in text for c in CONFIRM_CUES)
         if proposal:
-            matched = [i for i, a in enumerate(self.task.actions) if i not in self.confirmed and self._proposes(a, text)]
+            matched = [
+                i for i, a in enumerate(self.task.actions) if i not in self.confirmed and self._proposes(a, text)
+            ]
             if matched:
                 self.confirmed.update(matched)
                 return "Yes, please go ahead."
@@ -153,7 +173,9 @@ class ScriptedUser:
         if proposal and (names_a_write or not facts):
             return self._unhelpful("No, that is not what I want. ")
         if facts:
-            return " ".join(PHRASES.get(k, "My " + k.replace("_", " ") + " is {}.").format(self.task.known_info[k]) for k in facts)
+            return " ".join(
+                PHRASES.get(k, "My " + k.replace("_", " ") + " is {}.").format(self.task.known_info[k]) for k in facts
+            )
         return self._unhelpful("I'm not sure what you need from me. ")
 
     def _verbs(self) -> set[str]:
@@ -246,10 +268,14 @@ async def customer_turn(settings: LLMUserSettings, messages: list[dict[str, str]
     litellm = import_litellm()  # with the bundled price map: importing litellm never reaches for the network
     s = settings
     response = await litellm.acompletion(
-        model=s.model, messages=messages, api_base=s.api_base, api_key=s.api_key.get_secret_value() if s.api_key else None,
-        temperature=s.temperature, max_tokens=s.max_tokens, **s.completion_kwargs,
+        model=s.model,
+        messages=messages,
+        api_base=s.api_base,
+        api_key=s.api_key.get_secret_value() if s.api_key else None,
+        temperature=s.temperature,
+        max_tokens=s.max_tokens,
+        **s.completion_kwargs,
     )
     text = response.choices[0].message.content or ""
     messages.append({"role": "assistant", "content": text})
     return text
-

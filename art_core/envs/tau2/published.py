@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-SOURCE = "tau2-bench leaderboard, web/leaderboard/public/submissions/*/submission.json (sierra-research/tau2-bench a2c0247)"
+SOURCE = (
+    "tau2-bench leaderboard, web/leaderboard/public/submissions/*/submission.json (sierra-research/tau2-bench a2c0247)"
+)
 
 
 class Published(NamedTuple):
@@ -51,7 +53,9 @@ REFERENCE: dict[str, list[Published]] = {
 DOMAINS = {"tau2-retail": "retail", "tau2-airline": "airline"}
 
 
-def reference_markdown(env_name: str, options: dict[str, Any], sampling: dict[str, Any], *, split: str, scenarios: int, trials: int) -> str | None:
+def reference_markdown(
+    env_name: str, options: dict[str, Any], sampling: dict[str, Any], *, split: str, scenarios: int, trials: int
+) -> str | None:
     """The "how does this compare" section of an evaluation report, or None for a non-tau2 environment.
 
     It lists the published rows and says where this run departs from tau2's protocol, so a reader knows
@@ -70,11 +74,15 @@ def reference_markdown(env_name: str, options: dict[str, Any], sampling: dict[st
     if sampling.get("temperature") != p.temperature:
         departures.append(f"agent temperature {sampling.get('temperature')} (tau2: {p.temperature})")
     if (sampling.get("max_tokens") or 0) < p.max_tokens:
-        departures.append(f"max_tokens {sampling.get('max_tokens')} (recommended: {p.max_tokens}; fewer cuts tool calls, and a cut run scores 0)")
+        departures.append(
+            f"max_tokens {sampling.get('max_tokens')} (recommended: {p.max_tokens}; fewer cuts tool calls, and a cut run scores 0)"
+        )
     if options.get("max_steps", p.max_steps) != p.max_steps:
         departures.append(f"max_steps {options.get('max_steps')} (tau2: {p.max_steps})")
     if tasks != "all":
-        departures.append(f"the {tasks} split, {scenarios} tasks (the leaderboard: all {114 if domain == 'retail' else 50})")
+        departures.append(
+            f"the {tasks} split, {scenarios} tasks (the leaderboard: all {114 if domain == 'retail' else 50})"
+        )
     if trials != p.trials:
         departures.append(f"{trials} trials (the leaderboard: {p.trials})")
     if options.get("force_tool_calls"):
@@ -90,12 +98,16 @@ def reference_markdown(env_name: str, options: dict[str, Any], sampling: dict[st
         "|---|---|---|---|---|",
     ]
     for r in REFERENCE[domain]:
-        lines.append(f"| {r.model} | {r.pass_1:.1f} | {'' if r.pass_4 is None else f'{r.pass_4:.1f}'} | {r.user_model} | {r.tasks} |")
+        lines.append(
+            f"| {r.model} | {r.pass_1:.1f} | {'' if r.pass_4 is None else f'{r.pass_4:.1f}'} | {r.user_model} | {r.tasks} |"
+        )
     lines += [
         "",
         f"Source: {SOURCE}. Measured on all tasks, 4 trials, temperature 0. This run uses tau2's 1.0 task files; "
         "the v0.1.3 rows predate them (scores on the two are not strictly comparable).",
         "",
-        ("This run departs from tau2's protocol: " + "; ".join(departures) + ".") if departures else "This run follows tau2's protocol.",
+        ("This run departs from tau2's protocol: " + "; ".join(departures) + ".")
+        if departures
+        else "This run follows tau2's protocol.",
     ]
     return "\n".join(lines) + "\n"

@@ -77,7 +77,9 @@ def _check_counts(order: dict[str, Any], item_ids: list[str], message: str) -> N
             raise ValueError(message.format(item_id=item_id))
 
 
-def _price_difference(db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str], same_id_allowed: bool) -> tuple[float, dict]:
+def _price_difference(
+    db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str], same_id_allowed: bool
+) -> tuple[float, dict]:
     if len(item_ids) != len(new_item_ids):
         raise ValueError("The number of items to be exchanged should match")
     diff, variant = 0.0, {}
@@ -96,6 +98,7 @@ def _price_difference(db: Db, order: dict[str, Any], item_ids: list[str], new_it
 
 # ---- reads ------------------------------------------------------------------------------------
 
+
 def find_user_id_by_email(db: Db, email: str) -> str:
     for user_id, user in db["users"].items():
         if user["email"].lower() == email.lower():
@@ -106,7 +109,11 @@ def find_user_id_by_email(db: Db, email: str) -> str:
 def find_user_id_by_name_zip(db: Db, first_name: str, last_name: str, zip: str) -> str:
     for user_id, user in db["users"].items():
         name = user["name"]
-        if name["first_name"].lower() == first_name.lower() and name["last_name"].lower() == last_name.lower() and user["address"]["zip"] == zip:
+        if (
+            name["first_name"].lower() == first_name.lower()
+            and name["last_name"].lower() == last_name.lower()
+            and user["address"]["zip"] == zip
+        ):
             return user_id
     raise ValueError("User not found")
 
@@ -136,6 +143,7 @@ def list_all_product_types(db: Db) -> str:
 
 # ---- writes -----------------------------------------------------------------------------------
 
+
 def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
     order = _order(db, order_id)
     if order["status"] != "pending":
@@ -144,7 +152,13 @@ def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
         raise ValueError("Invalid reason")
     refunds = []
     for payment in order["payment_history"]:  # every entry is refunded, gift cards at once
-        refunds.append({"transaction_type": "refund", "amount": payment["amount"], "payment_method_id": payment["payment_method_id"]})
+        refunds.append(
+            {
+                "transaction_type": "refund",
+                "amount": payment["amount"],
+                "payment_method_id": payment["payment_method_id"],
+            }
+        )
         method = _payment_method(db, order["user_id"], payment["payment_method_id"])
         if _is_gift_card(method):
             method["balance"] = round(method["balance"] + payment["amount"], 2)
@@ -154,7 +168,9 @@ def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
     return order
 
 
-def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+def exchange_delivered_order_items(
+    db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     if order["status"] != "delivered":
         raise ValueError("Non-delivered order cannot be exchanged")
@@ -172,11 +188,22 @@ def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list[str], n
     return order
 
 
-def _set_address(target: dict[str, Any], address1: str, address2: str, city: str, state: str, country: str, zip: str) -> None:
-    target["address"] = {"address1": address1, "address2": address2, "city": city, "state": state, "country": country, "zip": zip}
+def _set_address(
+    target: dict[str, Any], address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> None:
+    target["address"] = {
+        "address1": address1,
+        "address2": address2,
+        "city": city,
+        "state": state,
+        "country": country,
+        "zip": zip,
+    }
 
 
-def modify_pending_order_address(db: Db, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, Any]:
+def modify_pending_order_address(
+    db: Db, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     if "pending" not in order["status"]:  # tau2's loose check: "pending (item modified)" passes too
         raise ValueError("Non-pending order cannot be modified")
@@ -184,7 +211,9 @@ def modify_pending_order_address(db: Db, order_id: str, address1: str, address2:
     return order
 
 
-def modify_pending_order_items(db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+def modify_pending_order_items(
+    db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
     order = _order(db, order_id)
     if order["status"] != "pending":
         raise ValueError("Non-pending order cannot be modified")
@@ -194,7 +223,11 @@ def modify_pending_order_items(db: Db, order_id: str, item_ids: list[str], new_i
     if _is_gift_card(method) and method["balance"] < diff:
         raise ValueError("Insufficient gift card balance to pay for the new item")
     order["payment_history"].append(
-        {"transaction_type": "payment" if diff > 0 else "refund", "amount": abs(diff), "payment_method_id": payment_method_id}
+        {
+            "transaction_type": "payment" if diff > 0 else "refund",
+            "amount": abs(diff),
+            "payment_method_id": payment_method_id,
+        }
     )
     if _is_gift_card(method):
         method["balance"] = round(method["balance"] - diff, 2)
@@ -221,10 +254,12 @@ def modify_pending_order_payment(db: Db, order_id: str, payment_method_id: str) 
     amount = history[0]["amount"]
     if _is_gift_card(method) and method["balance"] < amount:
         raise ValueError("Insufficient gift card balance to pay for the order")
-    history.extend([
-        {"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id},
-        {"transaction_type": "refund", "amount": amount, "payment_method_id": old_id},
-    ])
+    history.extend(
+        [
+            {"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id},
+            {"transaction_type": "refund", "amount": amount, "payment_method_id": old_id},
+        ]
+    )
     if _is_gift_card(method):
         method["balance"] = round(method["balance"] - amount, 2)
     old = _payment_method(db, order["user_id"], old_id)
@@ -233,7 +268,9 @@ def modify_pending_order_payment(db: Db, order_id: str, payment_method_id: str) 
     return order
 
 
-def modify_user_address(db: Db, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, Any]:
+def modify_user_address(
+    db: Db, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, Any]:
     user = _user(db, user_id)
     _set_address(user, address1, address2, city, state, country, zip)
     return user
@@ -256,20 +293,41 @@ def return_delivered_order_items(db: Db, order_id: str, item_ids: list[str], pay
 TOOLS: dict[str, ToolFn] = {
     f.__name__: f
     for f in (
-        calculate, cancel_pending_order, exchange_delivered_order_items, find_user_id_by_name_zip, find_user_id_by_email,
-        get_order_details, get_product_details, get_item_details, get_user_details, list_all_product_types,
-        modify_pending_order_address, modify_pending_order_items, modify_pending_order_payment, modify_user_address,
-        return_delivered_order_items, transfer_to_human_agents,
+        calculate,
+        cancel_pending_order,
+        exchange_delivered_order_items,
+        find_user_id_by_name_zip,
+        find_user_id_by_email,
+        get_order_details,
+        get_product_details,
+        get_item_details,
+        get_user_details,
+        list_all_product_types,
+        modify_pending_order_address,
+        modify_pending_order_items,
+        modify_pending_order_payment,
+        modify_user_address,
+        return_delivered_order_items,
+        transfer_to_human_agents,
     )
 }
-WRITE_TOOLS = frozenset({
-    "cancel_pending_order", "exchange_delivered_order_items", "modify_pending_order_address", "modify_pending_order_items",
-    "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items",
-})
+WRITE_TOOLS = frozenset(
+    {
+        "cancel_pending_order",
+        "exchange_delivered_order_items",
+        "modify_pending_order_address",
+        "modify_pending_order_items",
+        "modify_pending_order_payment",
+        "modify_user_address",
+        "return_delivered_order_items",
+    }
+)
 
 _ORDER_ID = string("The order id, such as '#W0000000'; note the leading '#'.")
 _USER_ID = string("The user id, such as 'sara_doe_496'.")
-_PAYMENT = string("A payment method id from the user's or the order's details, such as 'gift_card_0000000' or 'credit_card_0000000'.")
+_PAYMENT = string(
+    "A payment method id from the user's or the order's details, such as 'gift_card_0000000' or 'credit_card_0000000'."
+)
 _ADDRESS = {
     "address1": string("First address line, such as '123 Main St'."),
     "address2": string("Second address line, such as 'Apt 1', or ''."),
@@ -282,38 +340,90 @@ _CONFIRM = " Explain the details and get the user's explicit confirmation (yes) 
 
 SCHEMAS: list[dict[str, Any]] = [
     CALCULATE_SCHEMA,
-    fn_schema("cancel_pending_order", "Cancel a pending order (processed or delivered orders cannot be cancelled). Its payments "
-              "are refunded: to a gift card at once, to other methods in 5-7 business days. Returns the order." + _CONFIRM,
-              {"order_id": _ORDER_ID, "reason": string("Why: 'no longer needed' or 'ordered by mistake'.", enum=list(CANCEL_REASONS))}),
-    fn_schema("exchange_delivered_order_items", "Exchange items of a delivered order for other items of the same products. "
-              "A delivered order can be returned or exchanged only once. Returns the order." + _CONFIRM,
-              {"order_id": _ORDER_ID, "item_ids": strings("Item ids to exchange, such as '1008292230'; an id may repeat."),
-               "new_item_ids": strings("The new item ids, position by position, each of the same product as the old one."),
-               "payment_method_id": _PAYMENT}),
-    fn_schema("find_user_id_by_name_zip", "Find a user id by first name, last name and zip code. Look up by email first; use "
-              "this only when the user is not found by email or does not remember it.",
-              {"first_name": string("First name, such as 'John'."), "last_name": string("Last name, such as 'Doe'."), "zip": string("Zip code, such as '12345'.")}),
-    fn_schema("find_user_id_by_email", "Find a user id by email.", {"email": string("The email, such as 'something@example.com'.")}),
+    fn_schema(
+        "cancel_pending_order",
+        "Cancel a pending order (processed or delivered orders cannot be cancelled). Its payments "
+        "are refunded: to a gift card at once, to other methods in 5-7 business days. Returns the order." + _CONFIRM,
+        {
+            "order_id": _ORDER_ID,
+            "reason": string("Why: 'no longer needed' or 'ordered by mistake'.", enum=list(CANCEL_REASONS)),
+        },
+    ),
+    fn_schema(
+        "exchange_delivered_order_items",
+        "Exchange items of a delivered order for other items of the same products. "
+        "A delivered order can be returned or exchanged only once. Returns the order." + _CONFIRM,
+        {
+            "order_id": _ORDER_ID,
+            "item_ids": strings("Item ids to exchange, such as '1008292230'; an id may repeat."),
+            "new_item_ids": strings("The new item ids, position by position, each of the same product as the old one."),
+            "payment_method_id": _PAYMENT,
+        },
+    ),
+    fn_schema(
+        "find_user_id_by_name_zip",
+        "Find a user id by first name, last name and zip code. Look up by email first; use "
+        "this only when the user is not found by email or does not remember it.",
+        {
+            "first_name": string("First name, such as 'John'."),
+            "last_name": string("Last name, such as 'Doe'."),
+            "zip": string("Zip code, such as '12345'."),
+        },
+    ),
+    fn_schema(
+        "find_user_id_by_email",
+        "Find a user id by email.",
+        {"email": string("The email, such as 'something@example.com'.")},
+    ),
     fn_schema("get_order_details", "Get the status and details of an order.", {"order_id": _ORDER_ID}),
-    fn_schema("get_product_details", "Get the inventory details of a product (all its items).",
-              {"product_id": string("The product id, such as '6086499569' (not an item id).")}),
-    fn_schema("get_item_details", "Get the inventory details of one item.", {"item_id": string("The item id, such as '6086499569' (not a product id).")}),
+    fn_schema(
+        "get_product_details",
+        "Get the inventory details of a product (all its items).",
+        {"product_id": string("The product id, such as '6086499569' (not an item id).")},
+    ),
+    fn_schema(
+        "get_item_details",
+        "Get the inventory details of one item.",
+        {"item_id": string("The item id, such as '6086499569' (not a product id).")},
+    ),
     fn_schema("get_user_details", "Get a user's details, including their orders.", {"user_id": _USER_ID}),
     fn_schema("list_all_product_types", "List the name and product id of every product type (the store has 50).", {}),
-    fn_schema("modify_pending_order_address", "Change the shipping address of a pending order. Returns the order." + _CONFIRM,
-              {"order_id": _ORDER_ID, **_ADDRESS}),
-    fn_schema("modify_pending_order_items", "Change items of a pending order to other items of the same products. Can be called "
-              "only once per pending order. Returns the order." + _CONFIRM,
-              {"order_id": _ORDER_ID, "item_ids": strings("Item ids to change, such as '1008292230'; an id may repeat."),
-               "new_item_ids": strings("The new item ids, position by position, each of the same product as the old one."),
-               "payment_method_id": _PAYMENT}),
-    fn_schema("modify_pending_order_payment", "Change the payment method of a pending order. Returns the order." + _CONFIRM,
-              {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT}),
-    fn_schema("modify_user_address", "Change a user's default address. Returns the user." + _CONFIRM, {"user_id": _USER_ID, **_ADDRESS}),
-    fn_schema("return_delivered_order_items", "Request a return of items of a delivered order; the status becomes 'return "
-              "requested' and the user gets an email on how to send them. Returns the order." + _CONFIRM,
-              {"order_id": _ORDER_ID, "item_ids": strings("Item ids to return, such as '1008292230'; an id may repeat."),
-               "payment_method_id": string("Where the refund goes: the original payment method or a gift card.")}),
+    fn_schema(
+        "modify_pending_order_address",
+        "Change the shipping address of a pending order. Returns the order." + _CONFIRM,
+        {"order_id": _ORDER_ID, **_ADDRESS},
+    ),
+    fn_schema(
+        "modify_pending_order_items",
+        "Change items of a pending order to other items of the same products. Can be called "
+        "only once per pending order. Returns the order." + _CONFIRM,
+        {
+            "order_id": _ORDER_ID,
+            "item_ids": strings("Item ids to change, such as '1008292230'; an id may repeat."),
+            "new_item_ids": strings("The new item ids, position by position, each of the same product as the old one."),
+            "payment_method_id": _PAYMENT,
+        },
+    ),
+    fn_schema(
+        "modify_pending_order_payment",
+        "Change the payment method of a pending order. Returns the order." + _CONFIRM,
+        {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT},
+    ),
+    fn_schema(
+        "modify_user_address",
+        "Change a user's default address. Returns the user." + _CONFIRM,
+        {"user_id": _USER_ID, **_ADDRESS},
+    ),
+    fn_schema(
+        "return_delivered_order_items",
+        "Request a return of items of a delivered order; the status becomes 'return "
+        "requested' and the user gets an email on how to send them. Returns the order." + _CONFIRM,
+        {
+            "order_id": _ORDER_ID,
+            "item_ids": strings("Item ids to return, such as '1008292230'; an id may repeat."),
+            "payment_method_id": string("Where the refund goes: the original payment method or a gift card."),
+        },
+    ),
     TRANSFER_SCHEMA,
 ]
 
@@ -322,4 +432,6 @@ def load_environment(**options: Any):
     """The `tau2-retail` environment; options are `Tau2Options` fields (data_dir, user, judge, ...)."""
     from art_core.envs.tau2.env import Tau2Env, Tau2Tools
 
-    return Tau2Env(Tau2Tools(name="tau2-retail", domain="retail", tools=TOOLS, schemas=SCHEMAS, write_tools=WRITE_TOOLS), **options)
+    return Tau2Env(
+        Tau2Tools(name="tau2-retail", domain="retail", tools=TOOLS, schemas=SCHEMAS, write_tools=WRITE_TOOLS), **options
+    )

@@ -41,7 +41,9 @@ class GoldReplay:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (action name, error text)
 
 
-def gold_replay(tools: dict[str, ToolFn], initial_db: dict[str, Any], actions: list[dict[str, Any]] | None) -> GoldReplay:
+def gold_replay(
+    tools: dict[str, ToolFn], initial_db: dict[str, Any], actions: list[dict[str, Any]] | None
+) -> GoldReplay:
     """Replay tau2 gold actions ({"name", "arguments"}) on a copy of `initial_db`, tolerating failures."""
     db = fresh_copy(initial_db)
     failed = []
@@ -74,7 +76,9 @@ class _Strict(BaseModel):
 def assertion_reply_model(n: int) -> type[BaseModel]:
     """{assertion_1: {explanation, met}, ...}: exactly one entry per assertion sent, in a strict schema."""
     entry = create_model("AssertionVerdict", __base__=_Strict, explanation=(str, Field()), met=(bool, ...))
-    return create_model("NLAssertionVerdicts", __base__=_Strict, **{f"assertion_{i + 1}": (entry, ...) for i in range(n)})
+    return create_model(
+        "NLAssertionVerdicts", __base__=_Strict, **{f"assertion_{i + 1}": (entry, ...) for i in range(n)}
+    )
 
 
 def transcript(messages: list[dict[str, Any]]) -> str:
@@ -86,12 +90,16 @@ def transcript(messages: list[dict[str, Any]]) -> str:
         content = m.get("content") or ""
         calls = m.get("tool_calls") or []
         if calls:
-            content = (content + " " if content else "") + json.dumps([{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls])
+            content = (content + " " if content else "") + json.dumps(
+                [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls]
+            )
         lines.append(f"{m['role']}: {content}")
     return "\n".join(lines)
 
 
-async def judge_assertions(assertions: list[str], messages: list[dict[str, Any]], judge: JudgeConfig | None) -> tuple[list[dict[str, Any]], JudgeUsage]:
+async def judge_assertions(
+    assertions: list[str], messages: list[dict[str, Any]], judge: JudgeConfig | None
+) -> tuple[list[dict[str, Any]], JudgeUsage]:
     """Ask the judge about each assertion; returns ([{assertion, met, explanation}], usage). Raises JudgeError."""
     from art_core.rewards.cache import JudgeCache
     from art_core.rewards.config import resolve_judge
@@ -105,20 +113,31 @@ async def judge_assertions(assertions: list[str], messages: list[dict[str, Any]]
     outcomes = "\n".join(f"{i}: {a}" for i, a in zip(ids, assertions))
     messages_out = [
         {"role": "system", "content": NL_PROMPT},
-        {"role": "user", "content": f"<conversation>\n{transcript(messages)}\n</conversation>\n\n<expected_outcomes>\n{outcomes}\n</expected_outcomes>"},
+        {
+            "role": "user",
+            "content": f"<conversation>\n{transcript(messages)}\n</conversation>\n\n<expected_outcomes>\n{outcomes}\n</expected_outcomes>",
+        },
     ]
     response_model = assertion_reply_model(len(assertions))
     cache = key = None
     if config.cache:
         cache = JudgeCache(Storage(get_settings().storage_root))
-        key = cache.key(config.model, NL_PROMPT, messages_out, response_model.model_json_schema(), config.litellm_params)
+        key = cache.key(
+            config.model, NL_PROMPT, messages_out, response_model.model_json_schema(), config.litellm_params
+        )
         record = cache.get(key)
         if record is not None:
             verdicts, usage = record["scores"], JudgeUsage(cache_hits=1)
             return [{"assertion": a, **verdicts[i]} for i, a in zip(ids, assertions)], usage
     verdicts, usage = await call_judge(
-        messages_out, judge_model=config.model, response_model=response_model, extra_litellm_params=params,
-        max_retries=config.max_retries, backoff_s=config.backoff_s, timeout_s=config.timeout_s, max_concurrency=config.max_concurrency,
+        messages_out,
+        judge_model=config.model,
+        response_model=response_model,
+        extra_litellm_params=params,
+        max_retries=config.max_retries,
+        backoff_s=config.backoff_s,
+        timeout_s=config.timeout_s,
+        max_concurrency=config.max_concurrency,
     )
     if cache is not None and key is not None:
         try:

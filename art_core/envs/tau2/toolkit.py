@@ -21,7 +21,13 @@ ToolFn = Callable[..., Any]
 
 # tau2's calculate accepts digits, + - * /, parentheses, dots and spaces, and rounds to 2 places
 _CALC_CHARS = set("0123456789+-*/(). ")
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 
@@ -46,7 +52,9 @@ def to_text(result: Any) -> str:
     return json.dumps(result, default=str)
 
 
-def fn_schema(name: str, description: str, params: dict[str, dict[str, Any]], required: list[str] | None = None) -> dict[str, Any]:
+def fn_schema(
+    name: str, description: str, params: dict[str, dict[str, Any]], required: list[str] | None = None
+) -> dict[str, Any]:
     """An OpenAI function schema; every parameter is required unless `required` says otherwise.
 
     >>> fn_schema("f", "Does f.", {"x": {"type": "string"}})["function"]["parameters"]["required"]
@@ -57,7 +65,11 @@ def fn_schema(name: str, description: str, params: dict[str, dict[str, Any]], re
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": params, "required": list(params) if required is None else required},
+            "parameters": {
+                "type": "object",
+                "properties": params,
+                "required": list(params) if required is None else required,
+            },
         },
     }
 
@@ -106,7 +118,11 @@ def transfer_to_human_agents(db: dict[str, Any], summary: str) -> str:
 CALCULATE_SCHEMA = fn_schema(
     "calculate",
     "Compute an arithmetic expression and return the result rounded to two decimals.",
-    {"expression": string("The expression, e.g. '2 + 2'. Only numbers, + - * /, parentheses, dots and spaces are allowed.")},
+    {
+        "expression": string(
+            "The expression, e.g. '2 + 2'. Only numbers, + - * /, parentheses, dots and spaces are allowed."
+        )
+    },
 )
 TRANSFER_SCHEMA = fn_schema(
     "transfer_to_human_agents",

@@ -45,7 +45,9 @@ Aim for a natural conversation that stays true to the scenario and to the custom
 
 def default_user_settings() -> LLMUserSettings:
     """tau2's user model and temperature (gpt-4.1 at 0, the v0.1.3 leaderboard's), unless USER_SIM_MODEL says otherwise."""
-    return LLMUserSettings(model=os.environ.get("USER_SIM_MODEL", "openai/gpt-4.1-2025-04-14"), temperature=0.0, max_tokens=1024)
+    return LLMUserSettings(
+        model=os.environ.get("USER_SIM_MODEL", "openai/gpt-4.1-2025-04-14"), temperature=0.0, max_tokens=1024
+    )
 
 
 def is_stop(text: str) -> bool:
