@@ -30,9 +30,6 @@ KNOWN = {
     # ModelStore. Callers in art_core/training/checkpoints.py, art_core/deploy/, local_backend.py, model.py
     # and flows/ move to ModelStore, then Storage keeps bytes only (put_dir, is_complete) and stops importing store.
     frozenset({"art_core.storage", "art_core.store"}),
-    # deploy.merge takes DeployError from deploy.deployment, which calls merge: DeployError moves to a leaf
-    # (art_core/deploy/errors.py, or the package's __init__) that both import.
-    frozenset({"art_core.deploy.deployment", "art_core.deploy.merge"}),
 }
 
 

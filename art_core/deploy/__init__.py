@@ -6,7 +6,8 @@ server = serve_adapter(storage, "demo", "agent-001", step=3, base_model="/models
 server.base_url    # 'http://127.0.0.1:41234/v1', answering to model="agent-001"
 """
 
-from art_core.deploy.deployment import TARGETS, Deployment, DeployError, UnsupportedBaseModelError, deploy_model
+from art_core.deploy.deployment import deploy_model
+from art_core.deploy.result import TARGETS, Deployment, DeployError, UnsupportedBaseModelError
 from art_core.deploy.export import export_adapter, model_card
 from art_core.deploy.promotion import decide, promote, read_promoted
 

@@ -25,59 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from art_core.deploy.result import TARGETS, Deployment, DeployError, Target
 from art_core.storage import Storage
-
-Target = Literal["vllm", "merged", "together", "wandb"]
-TARGETS: tuple[str, ...] = ("vllm", "merged", "together", "wandb")
-Status = Literal["ready", "serving", "saved", "queued", "running", "failed", "offline", "stopped"]
-
-
-class DeployError(RuntimeError):
-    """A deployment that failed; the message says what to fix and where the local export is."""
-
-
-class UnsupportedBaseModelError(DeployError, ValueError):
-    """The target does not serve adapters of this base model (refused before any upload)."""
-
-
-class Deployment(BaseModel):
-    """Where a deployed step answers. ART's `DeploymentResult.inference_model_name` and `LoRADeploymentJob`
-    (status, job_id, model_name, failure_reason) map onto these fields."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    target: Target
-    step: int
-    model_name: str = Field(description="Pass this as `model=` to the endpoint's chat API.")
-    endpoint: str | None = Field(None, description="OpenAI-compatible base URL; None for `merged` (files to serve).")
-    status: Status = Field(
-        description="ready/serving: answers now; saved: files written; queued/running: the "
-        "service is still loading it; offline: logged to an offline W&B run, to sync; stopped: "
-        "a vllm deployment's server was stopped"
-    )
-    export_uri: str = Field(description="The adapter export with its model card in storage (kept on failure).")
-    uri: str | None = Field(None, description="What the target holds: merged folder, W&B artifact, Together archive.")
-    job_id: str | None = None
-    failure_reason: str | None = None
-    message: str = ""
-
-    _server: Any = PrivateAttr(default=None)
-
-    @property
-    def inference_model_name(self) -> str:
-        """ART's name for `model_name` (art.utils.deployment.DeploymentResult)."""
-        return self.model_name
-
-    def stop(self) -> None:
-        """Stop the vLLM server a `vllm` deployment started (nothing to stop for the other targets)."""
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-            self.status = "stopped"
 
 
 def _identity(model: Any, storage: Storage | str | None) -> tuple[str, str, str, Storage]:

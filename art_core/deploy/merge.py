@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from art_core.deploy.deployment import DeployError
+from art_core.deploy.result import DeployError
 from art_core.storage import Storage
 from art_core.store import step_dir
 

@@ -24,7 +24,8 @@ import tarfile
 import tempfile
 import time
 
-from art_core.deploy.deployment import Deployment, DeployError, UnsupportedBaseModelError
+
+from art_core.deploy.result import Deployment, DeployError, UnsupportedBaseModelError
 from art_core.storage import CHECKPOINT_MARKER, Storage
 from art_core.store import step_dir
 

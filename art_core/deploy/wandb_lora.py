@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from art_core.deploy.deployment import Deployment, DeployError, UnsupportedBaseModelError
+
+from art_core.deploy.result import Deployment, DeployError, UnsupportedBaseModelError
 from art_core.storage import Storage
 
 # Base models W&B Inference serves LoRA adapters for (the list ART checks, art.utils.deployment.wandb).
