@@ -45,6 +45,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def prefect_api():
+    """A Prefect server with a throw-away database for the whole session (it takes ~8 s to start); its API URL.
+
+    One per test process, defined here for every folder: a second harness started by another folder's copy of
+    this fixture would take over Prefect's settings in-process, and flows would then report to a server other
+    than the one the tests read (it failed test_deployments and test_sft_flow that way)."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
 @dataclass(frozen=True)
 class VLLMEndpoint:
     """Where the session's vLLM server answers: OpenAI base URL (…/v1), its API key, the base model's name."""

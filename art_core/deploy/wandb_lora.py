@@ -88,6 +88,8 @@ def deploy(
                 name=f"deploy-{name}-step{step}",
                 settings=settings,
                 reinit="create_new",
+                # Read now: wandb settles its directory once per process, so a WANDB_DIR set later is ignored.
+                dir=os.environ.get("WANDB_DIR") or None,
             )
         except Exception as e:
             raise DeployError(f"could not start a W&B run in project {project!r}: {e}. {kept}.") from e

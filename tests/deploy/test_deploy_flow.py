@@ -11,7 +11,6 @@ import yaml
 
 from art_core.storage import Storage
 from tests.deploy.conftest import ACCOUNT, write_checkpoint
-from tests.pipeline.conftest import prefect_api  # noqa: F401  (the session's Prefect test server)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = "tg-block-secret-42"

@@ -1,4 +1,5 @@
-"""Fixtures for the pipeline tests: one real Prefect test server per session, an S3 server (moto) per module.
+"""Fixtures for the pipeline tests: an S3 server (moto) per module; the Prefect test server (`prefect_api`) is the
+whole suite's, in tests/conftest.py.
 
 def test_something(prefect_api, s3_root):   # s3_root: s3://<fresh bucket>/runs
 """
@@ -15,16 +16,6 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
-@pytest.fixture(scope="session")
-def prefect_api():
-    """A Prefect server with a throw-away database for the whole session (it takes ~8 s to start); its API URL."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
 
 
 @pytest.fixture(scope="module")
