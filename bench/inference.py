@@ -73,11 +73,11 @@ def follow_up(turn: int) -> dict:
 class Endpoint:
     """Our path: LocalBackend's server, the model registered at step 0, rollouts through model.openai_client()."""
 
-    def __init__(self, model_dir: str, store: str) -> None:
+    def __init__(self, model_dir: str, store: str, server_config: dict | None = None) -> None:
         from art_core import TrainableModel
         from art_core.local_backend import LocalBackend
 
-        self.backend = LocalBackend(path=store, cache_dir=os.path.join(store, "cache"))
+        self.backend = LocalBackend(path=store, cache_dir=os.path.join(store, "cache"), server_config=server_config)
         self.model = TrainableModel(name="bench", project="bench", base_model=model_dir)
 
     async def start(self) -> float:
@@ -279,17 +279,13 @@ def _cache_counters(root_url: str, headers: dict) -> dict[str, float]:
 
 async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> dict:
     """Rounds of: ours in float32, vLLM's own server in float32, ours in bfloat16; one engine alive at a time."""
-    from art_core.local_backend import LocalBackend
 
     shape = (args.rollouts, args.turns, args.tokens)
     rounds = []
     for r in range(args.repeats):
         row = {}
         for dtype in ("float32", "bfloat16"):
-            ours = Endpoint(model_dir, store)
-            ours.backend = LocalBackend(
-                path=store, cache_dir=os.path.join(store, "cache"), server_config={"dtype": dtype}
-            )
+            ours = Endpoint(model_dir, store, server_config={"dtype": dtype})
             await ours.start()
             server = ours.backend.server_for(ours.model)
             try:
