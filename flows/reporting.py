@@ -12,7 +12,7 @@ import re
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from art_core.evaluate import EvalReport
-from art_core.reporting import display_table, eval_markdown, log_wandb, metrics_table, read_history, reward_curve_png
+from art_core.reporting import display_table, eval_markdown, log_wandb, metrics_table, read_history, reward_curve
 from art_core.store import ModelRef
 
 
@@ -36,13 +36,13 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
     """Write the reward curve, metrics table and eval report to storage and as artifacts; returns their paths."""
     storage = ref.storage()
     rows = metrics_table(read_history(storage, ref.project, ref.model))
-    png = reward_curve_png(rows, title=f"{ref.project}/{ref.model}: reward per step")
     paths = {
         "reward_curve": ref.path("reports", "reward_curve.png"),
         "eval_report": ref.path("reports", "eval.md"),
         "history": ref.path("history.jsonl"),
     }
-    _write_bytes(storage, paths["reward_curve"], png)
+    # Drawn again only when the history shows other rewards (a resumed or cached run adds none).
+    png = reward_curve(storage, paths["reward_curve"], rows, title=f"{ref.project}/{ref.model}: reward per step")
     evals = eval_reports(ref)
     report = eval_markdown(evals, title=f"{ref.model}: evaluation")
     storage.write_text(paths["eval_report"], report)
@@ -76,12 +76,3 @@ def _samples(ref: ModelRef, rows: list[dict], groups: int = 2) -> list:
     store = ref.store()
     stored = store.read_groups(store.trajectories("train", trained[-1] - 1)) or []  # None: missing or unreadable
     return [(trained[-1], g) for g in stored[:groups]]
-
-
-def _write_bytes(storage, path: str, data: bytes) -> None:
-    if storage.is_local:
-        import os
-
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with storage.fs.open(path, "wb") as f:
-        f.write(data)

@@ -9,6 +9,7 @@ from art_core.reporting import (
     metrics_table,
     read_history,
     record_metrics,
+    reward_curve,
     reward_curve_png,
     step_metrics,
 )
@@ -35,6 +36,35 @@ def test_history_records_merge_into_one_row_per_step(tmp_path):
 def test_reward_curve_is_a_png():
     png = reward_curve_png([{"step": 1, "train/reward": 0.1}, {"step": 2, "train/reward": 0.3, "val/reward": 0.2}])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+
+def test_reward_curve_is_drawn_again_only_when_what_it_shows_changed(tmp_path):
+    """A resumed or fully cached run adds no reward: its report keeps the stored PNG instead of redrawing it."""
+    s = Storage(str(tmp_path))
+    path = s.join("p", "models", "m", "reports", "reward_curve.png")
+    rows = [{"step": 1, "train/reward": 0.1, "train/loss": 2.0}, {"step": 2, "train/reward": 0.3}]
+
+    def drawn(rows, title="p/m") -> bool:
+        """Whether reward_curve wrote a new file (a drawn PNG replaces the old one: a new inode)."""
+        before = os.stat(path).st_ino if os.path.exists(path) else None
+        png = reward_curve(s, path, rows, title=title)
+        with open(path, "rb") as f:
+            assert f.read() == png and png[:8] == b"\x89PNG\r\n\x1a\n"
+        return os.stat(path).st_ino != before
+
+    assert drawn(rows)
+    assert not drawn(rows)  # the same rewards: the stored PNG is returned as is
+    assert not drawn([{**rows[0], "train/loss": 1.0}, rows[1]])  # the loss is not on the curve
+    assert drawn([*rows, {"step": 2, "val/reward": 0.2}])  # a new point
+    assert drawn([*rows, {"step": 2, "val/reward": 0.2}], title="another title")
+    with open(path, "rb") as f:
+        png = f.read()
+    with open(path, "wb") as f:  # cut short (its key is near the start): drawn again
+        f.write(png[:-12])
+    assert drawn([*rows, {"step": 2, "val/reward": 0.2}], title="another title")
+    with open(path, "wb") as f:  # a PNG that does not say what it was drawn from
+        f.write(reward_curve_png(rows, title="p/m"))
+    assert drawn(rows)
 
 
 def test_eval_markdown_shows_baseline_pass_k_and_best_step():
