@@ -25,7 +25,7 @@ from art_core.base_models import resolve_base_model
 from art_core.chat_template import check_template_shows_tools
 from art_core.envs import SHIPPED
 from art_core.inference.server import ServerOptions
-from art_core.rewards.config import JudgeConfig
+from art_core.rewards.config import JudgeConfig, default_judge_model
 from art_core.serving import on_this_machine
 from art_core.settings import get_settings
 from art_core.storage import validate_name
@@ -285,13 +285,13 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _mcp_scored_by_ruler_and_stored_with_the_run(self) -> "RunConfig":
-        # An MCP server has no ground truth: RULER scores its groups (the judge from ART_JUDGE_MODEL unless one is
-        # given), and the scenarios it generates are kept in the run's storage (art_core.mcp.stored_scenarios).
+        # An MCP server has no ground truth: RULER scores its groups (the default judge unless one is given), and
+        # the scenarios it generates are kept in the run's storage (art_core.mcp.stored_scenarios).
         if self.environment.name != "mcp":
             return self
         self.environment.options.setdefault("store", self.storage_url)
         if self.judge is None:
-            if not get_settings().judge_model:
+            if default_judge_model() is None:
                 raise ValueError(
                     "environment 'mcp' has no reward of its own and RULER scores it: set judge.model "
                     "(e.g. openai/o4-mini) or ART_JUDGE_MODEL"

@@ -14,16 +14,13 @@ import time
 
 from prefect import get_run_logger, task
 
-from art_core.rewards.config import JudgeConfig
+from art_core.rewards.config import JudgeConfig, ResolvedJudge, resolve_judge
+from art_core.rewards.judge import JudgeError
 from art_core.rollouts import reward_summary
 from art_core.store import ModelRef
 from tasks._async import run_sync
 from tasks.results import cached_on, step_run_name
 from tasks.specs import ScoreResult
-
-
-class JudgeError(RuntimeError):
-    """The judge could not score a group; the message says what to fix and where the trajectories are."""
 
 
 @task(name="score_groups", task_run_name=step_run_name("score"), cache_policy=cached_on(), persist_result=True)
@@ -46,14 +43,21 @@ def score_groups(
             judged=False,
             seconds=time.perf_counter() - t0,
         )
+    kept = (
+        f"The gathered trajectories are kept at {trajectories_uri}; run again and they are scored without rolling out."
+    )
     try:
-        scored = run_sync(_ruler_all(groups, judge, ref.storage_url))
+        # Resolved once here (model, address, key from ART_JUDGE_*): the judge called is the judge named below.
+        resolved = resolve_judge(judge, cache_root=ref.storage_url)
+    except ValueError as e:
+        raise JudgeError(f"no RULER judge to score step {step}: {e}. {kept}") from e
+    try:
+        scored = run_sync(_ruler_all(groups, resolved))
     except Exception as e:  # re-raised with what to fix; never scored as 0
         raise JudgeError(
-            f"RULER judge {judge.model or 'from ART_JUDGE_MODEL'!r} at {judge.api_base or 'the provider default'} "
-            f"failed on step {step}: {type(e).__name__}: {e}. Check the judge's address and its key "
-            f"(ART_JUDGE_API_KEY). The gathered trajectories are kept at {trajectories_uri}; run again and they are "
-            "scored without rolling out."
+            f"RULER judge {resolved.describe()} failed on step {step}: {type(e).__name__}: {e}. Check the judge's "
+            f"address and its key (ART_JUDGE_API_KEY). {kept}",
+            getattr(e, "usage", None),
         ) from e
     uri = store.scored("train", step)
     store.write_groups(uri, scored)
@@ -62,8 +66,8 @@ def score_groups(
     return ScoreResult(step=step, uri=uri, summary=summary, judged=True, seconds=time.perf_counter() - t0)
 
 
-async def _ruler_all(groups, judge: JudgeConfig, storage_url: str):
-    from art_core.rewards.ruler import ruler_score_group
+async def _ruler_all(groups, judge: ResolvedJudge):
+    from art_core.rewards.ruler import score_group
 
-    # The key is resolved inside RULER (ART_JUDGE_API_KEY), never a parameter: Prefect stores parameters.
-    return await asyncio.gather(*(ruler_score_group(g, config=judge, cache_root=storage_url) for g in groups))
+    # The key lives in the resolved judge only, never in a parameter: Prefect stores parameters.
+    return await asyncio.gather(*(score_group(g, judge) for g in groups))

@@ -9,7 +9,7 @@ litellm is imported only when a judge is called, so importing this package stays
 from __future__ import annotations
 
 from art_core.rewards.accounting import JudgeUsage
-from art_core.rewards.config import DEFAULT_RUBRIC, JudgeConfig
+from art_core.rewards.config import DEFAULT_RUBRIC, JudgeConfig, ResolvedJudge, resolve_judge
 from art_core.rewards.judge import JudgeError
 from art_core.rewards.ruler import (
     RulerConfig,
@@ -27,10 +27,12 @@ __all__ = [
     "JudgeError",
     "JudgeUsage",
     "RulerConfig",
+    "ResolvedJudge",
     "RulerResult",
     "TrajectoryScore",
     "combine_reward",
     "judge_trajectories",
+    "resolve_judge",
     "ruler",
     "ruler_score_group",
 ]

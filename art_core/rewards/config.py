@@ -1,9 +1,12 @@
-"""The one judge configuration: what RULER asks, which model it asks, and how hard it tries.
+"""The one judge configuration: what RULER asks, which model it asks, and how hard it tries; and the one
+place a judge is resolved.
 
 The same `JudgeConfig` is a field of the Prefect run config (so the UI draws its form), the argument of
 the scoring task and the config `ruler`/`ruler_score_group` resolve. It is stored (flow parameters,
-cache keys), so it never holds a secret: the judge's key is resolved at call time by
-`judge_litellm_params`, from the call's own `extra_litellm_params` (ART style) or ART_JUDGE_API_KEY.
+cache keys), so it never holds a secret. Every door (ruler, ruler_score_group, the scoring task, tau2's
+assertion judge) calls `resolve_judge` once: the default model, the address and the key are decided
+there, from the call's own `extra_litellm_params` (ART style) or the ART_JUDGE_* settings, and the
+`ResolvedJudge` it returns is what gets called and what errors name.
 
     >>> cfg = JudgeConfig(model="openai/o4-mini", timeout_s=30)
     >>> cfg.rubric_text.startswith("- An attempt")
@@ -16,6 +19,8 @@ cache keys), so it never holds a secret: the judge's key is resolved at call tim
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -41,14 +46,15 @@ def _looks_secret(key: str) -> bool:
 
 
 class JudgeConfig(BaseModel):
-    """RULER's settings. `model=None` takes ART_JUDGE_MODEL (and its ART_JUDGE_API_BASE) at call time."""
+    """RULER's settings. `model=None`: the judge `default_judge_model()` names when the judge is resolved."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     model: str | None = Field(
         None,
         validation_alias=AliasChoices("model", "judge_model"),
-        description="litellm model name of the judge, e.g. openai/o4-mini or hosted_vllm/judge; None: ART_JUDGE_MODEL.",
+        description="litellm model name of the judge, e.g. openai/o4-mini or hosted_vllm/judge; "
+        "None: ART_JUDGE_MODEL, else openai/o3 (ART's default) when OPENAI_API_KEY is set.",
     )
     api_base: str | None = Field(None, description="OpenAI-compatible base URL of the judge; None for the provider's.")
     rubric: str | None = Field(None, description="What makes an attempt better, in plain words; None: RULER's default.")
@@ -100,28 +106,100 @@ def split_secrets(params: dict[str, Any] | None) -> tuple[dict[str, Any], dict[s
     return plain, secret
 
 
-def resolve_judge(config: JudgeConfig, secrets: dict[str, Any] | None = None) -> tuple[JudgeConfig, dict[str, Any]]:
-    """The config with its judge model filled in, and the litellm params of the call (secrets included).
+# ART's default judge: its ruler_score_group asks openai/o3 when no judge is named, which it can only call with
+# OpenAI's key.
+ART_DEFAULT_JUDGE_MODEL = "openai/o3"
 
-    Order: the call's own params win; then the config's api_base and litellm_params; then the settings:
-    ART_JUDGE_MODEL / ART_JUDGE_API_BASE when the config names no model, ART_JUDGE_API_KEY when no key
-    was given (else litellm reads the provider's own variable, e.g. OPENAI_API_KEY).
+
+def default_judge_model() -> str | None:
+    """The judge asked when none is named: ART_JUDGE_MODEL, else ART's default openai/o3 when OPENAI_API_KEY is
+    set; None when neither (naming a judge is then required). The one place this default is decided.
+
+        >>> default_judge_model()   # with ART_JUDGE_MODEL=hosted_vllm/judge        # doctest: +SKIP
+        'hosted_vllm/judge'
     """
     from art_core.settings import get_settings
 
+    named = get_settings().judge_model
+    if named:
+        return named
+    return ART_DEFAULT_JUDGE_MODEL if os.environ.get("OPENAI_API_KEY") else None
+
+
+@dataclass(frozen=True)
+class ResolvedJudge:
+    """A judge ready to call: the config with its model filled in, the call's litellm params (secrets included:
+    never stored, never printed) and where its replies are cached. Built by `resolve_judge`, once per door,
+    and passed on as is; errors name `model` and `api_base`, the judge actually asked."""
+
+    config: JudgeConfig
+    litellm_params: dict[str, Any] = field(repr=False)
+    cache_root: str | None = None
+
+    @property
+    def model(self) -> str:
+        return self.config.model  # type: ignore[return-value]  # resolve_judge always sets it
+
+    @property
+    def api_base(self) -> str | None:
+        return self.litellm_params.get("api_base") or self.litellm_params.get("base_url")
+
+    def describe(self) -> str:
+        """`'openai/o4-mini' at http://host/v1`: what an error says about the judge."""
+        return f"{self.model!r} at {self.api_base or 'the provider default'}"
+
+
+def resolve_judge(
+    config: JudgeConfig | None = None,
+    *,
+    judge_model: str | None = None,
+    extra_litellm_params: dict[str, Any] | None = None,
+    rubric: str | None = None,
+    cache_root: str | None = None,
+    **options: Any,
+) -> ResolvedJudge:
+    """The judge a call asks: a config, ART's arguments and JudgeConfig fields as keywords, then the settings.
+
+    Explicit arguments win over the config; a key in `extra_litellm_params` stays in this call only (the
+    config keeps its plain half). With no model named: `default_judge_model()`, with ART_JUDGE_API_BASE
+    when the model came from ART_JUDGE_MODEL. The key: the call's own, else ART_JUDGE_API_KEY, else what
+    litellm reads itself (e.g. OPENAI_API_KEY). Replies are cached under `cache_root` (default: the
+    storage root) unless the config says cache=False.
+
+        >>> resolve_judge(JudgeConfig(model="openai/o4-mini"), timeout_s=30).config.timeout_s
+        30.0
+    """
+    from art_core.settings import get_settings
+
+    unknown = set(options) - set(JudgeConfig.model_fields)
+    if unknown:
+        valid = sorted({*JudgeConfig.model_fields, "cache_root"})
+        raise TypeError(f"unknown RULER option(s) {sorted(unknown)}; valid ones: {valid}")
     settings = get_settings()
-    params: dict[str, Any] = dict(config.litellm_params)
-    if config.model is None:
-        if not settings.judge_model:
+    fields = (config or JudgeConfig()).model_dump()
+    fields.update(options)
+    if judge_model is not None:
+        fields["model"] = judge_model
+    plain, secrets = split_secrets(extra_litellm_params)
+    if extra_litellm_params is not None:
+        fields["litellm_params"] = plain
+    if rubric is not None:
+        fields["rubric"] = rubric
+    params: dict[str, Any] = dict(fields["litellm_params"])
+    if fields["model"] is None:
+        fields["model"] = default_judge_model()
+        if fields["model"] is None:
             raise ValueError(
                 "no RULER judge model: pass judge_model='openai/...' (or JudgeConfig.model) or set ART_JUDGE_MODEL"
             )
-        config = config.model_copy(update={"model": settings.judge_model})
-        if settings.judge_api_base and not config.api_base:
+        if fields["model"] == settings.judge_model and settings.judge_api_base and not fields["api_base"]:
             params["api_base"] = settings.judge_api_base
-    if config.api_base:
-        params["api_base"] = config.api_base
-    params.update(secrets or {})
+    resolved = JudgeConfig.model_validate(fields)
+    if resolved.api_base:
+        params["api_base"] = resolved.api_base
+    params.update(secrets)
     if "api_key" not in params and settings.judge_api_key is not None:
         params["api_key"] = settings.judge_api_key.get_secret_value()
-    return config, params
+    if resolved.cache and cache_root is None:
+        cache_root = settings.storage_root
+    return ResolvedJudge(config=resolved, litellm_params=params, cache_root=cache_root)

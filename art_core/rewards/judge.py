@@ -4,10 +4,13 @@ The reply schema is built per call with one required entry per trajectory id sen
 enforces JSON schemas (vLLM, OpenAI strict mode) cannot answer with missing, extra or misnamed ids.
 Whatever comes back is still checked here. A malformed or mismatched reply, a timeout, a dropped
 connection, a 429 or a 5xx is retried with exponential backoff a bounded number of times, then
-`JudgeError` is raised: a failure is never turned into a score.
+`JudgeError` is raised: a failure is never turned into a score. `ask_judge` is the one cache-and-call
+block every judge goes through (RULER's ranking, tau2's assertions): the stored reply when these exact
+inputs were asked before, else `call_judge` and store the reply.
 
     reply, usage = await call_judge(messages, judge_model="openai/o4-mini",
                                     response_model=reply_model(["trajectory_1", "trajectory_2"]))
+    reply, usage = await ask_judge(resolve_judge(config), messages, response_model, instructions=rubric)
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from art_core.rewards.accounting import JudgeUsage, import_litellm, usage_of
+from art_core.rewards.cache import JudgeCache
+from art_core.rewards.config import ResolvedJudge
+from art_core.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +179,49 @@ async def call_judge(
         f"RULER judge {judge_model} gave no usable reply in {max_retries + 1} attempts; last error: {_short(last)}",
         usage,
     ) from last
+
+
+async def ask_judge(
+    judge: ResolvedJudge,
+    messages: list[dict[str, Any]],
+    response_model: type[BaseModel],
+    *,
+    instructions: str,
+    call_defaults: dict[str, Any] | None = None,
+) -> tuple[dict[str, dict[str, Any]], JudgeUsage]:
+    """The judge's validated reply ({id: verdict}, usage): from the cache under `judge.cache_root` when these
+    exact inputs were asked before (usage: one cache hit), else asked with `call_judge` and stored.
+
+    The cache keys on the model, `instructions` (RULER's rubric, tau2's prompt), the messages, the reply
+    schema and the config's own litellm params, never on the judge's address or key. `call_defaults` are
+    litellm params the call uses unless the config sets them (tau2 judges at temperature 0).
+    Raises JudgeError, naming `judge.model`, when the judge gives no usable reply.
+    """
+    config = judge.config
+    cache = key = None
+    if config.cache:
+        cache = JudgeCache(Storage(judge.cache_root or "./.art"))
+        schema = response_model.model_json_schema()
+        key = cache.key(judge.model, instructions, messages, schema, config.litellm_params)
+        record = cache.get(key)
+        if record is not None and set(record["scores"]) == set(response_model.model_fields):
+            return record["scores"], JudgeUsage(cache_hits=1)
+    verdicts, usage = await call_judge(
+        messages,
+        judge_model=judge.model,
+        response_model=response_model,
+        extra_litellm_params={**(call_defaults or {}), **judge.litellm_params},
+        max_retries=config.max_retries,
+        backoff_s=config.backoff_s,
+        timeout_s=config.timeout_s,
+        max_concurrency=config.max_concurrency,
+    )
+    if cache is not None and key is not None:
+        try:
+            cache.put(key, judge.model, verdicts, usage.model_dump())
+        except Exception as exc:  # the verdicts are valid and paid for; a full disk must not lose them
+            log.warning("could not store the judge's reply in the cache at %s: %s", cache.path(key), exc)
+    return verdicts, usage
 
 
 def _short(exc: BaseException | None) -> str:

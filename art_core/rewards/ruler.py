@@ -23,16 +23,14 @@ validated reply under the storage root (`{root}/_cache/ruler/`), so re-running a
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Sequence
 
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from art_core.rewards.accounting import JudgeUsage
-from art_core.rewards.config import JudgeConfig, resolve_judge, split_secrets
-from art_core.rewards.cache import JudgeCache
-from art_core.rewards.judge import call_judge, reply_model
+from art_core.rewards.config import JudgeConfig, ResolvedJudge, resolve_judge
+from art_core.rewards.judge import ask_judge, reply_model
 from art_core.rewards.render import judge_messages, render_messages, render_tools
 from art_core.trajectories import Message, Tools, Trajectory, TrajectoryGroup, choice_to_message
 
@@ -45,9 +43,6 @@ IDENTICAL_SCORE = 0.5
 
 # The one judge configuration (art_core.rewards.config); RulerConfig is its older name here.
 RulerConfig = JudgeConfig
-
-# Options of ruler()/ruler_score_group() that are not stored config: where the reply cache lives.
-RUNTIME_OPTIONS = ("cache_root",)
 
 
 class TrajectoryScore(BaseModel):
@@ -65,54 +60,6 @@ class RulerResult(BaseModel):
     usage: JudgeUsage
 
 
-class _Resolved(BaseModel):
-    """A config ready to call: judge model filled in, litellm params with secrets (never stored), cache root."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    config: JudgeConfig
-    litellm_params: dict[str, Any]
-    cache_root: str | None
-
-
-# ART's default judge (ruler_score_group(group) with no judge named, and no ART_JUDGE_MODEL set).
-DEFAULT_JUDGE_MODEL = "openai/o3"
-
-
-def _resolve(
-    judge_model: str | None,
-    extra_litellm_params: dict[str, Any] | None,
-    rubric: str | None,
-    config: JudgeConfig | None,
-    options: dict[str, Any],
-) -> _Resolved:
-    """One config from explicit arguments, a config and keyword options; the judge and key from settings."""
-    from art_core.settings import get_settings
-
-    unknown = (
-        set(options) - set(JudgeConfig.model_fields) - {"judge_model", "extra_litellm_params"} - set(RUNTIME_OPTIONS)
-    )
-    if unknown:
-        valid = sorted({*JudgeConfig.model_fields, *RUNTIME_OPTIONS})
-        raise TypeError(f"unknown RULER option(s) {sorted(unknown)}; valid ones: {valid}")
-    cache_root = options.pop("cache_root", None)
-    base = (config or JudgeConfig()).model_dump()
-    base.update(options)
-    if judge_model is not None:
-        base["model"] = judge_model
-    if base.get("model") is None and not get_settings().judge_model and os.environ.get("OPENAI_API_KEY"):
-        base["model"] = DEFAULT_JUDGE_MODEL  # ART's default judge, when its provider's key is there to call it
-    plain, secrets = split_secrets(extra_litellm_params)
-    if extra_litellm_params is not None:
-        base["litellm_params"] = plain  # secrets stay in this call only
-    if rubric is not None:
-        base["rubric"] = rubric
-    cfg, params = resolve_judge(JudgeConfig.model_validate(base), secrets)
-    if cfg.cache and cache_root is None:
-        cache_root = get_settings().storage_root
-    return _Resolved(config=cfg, litellm_params=params, cache_root=cache_root)
-
-
 def _as_messages(item: Trajectory | Sequence[Message | Choice]) -> list[Message]:
     if isinstance(item, Trajectory):
         return item.messages()
@@ -121,20 +68,13 @@ def _as_messages(item: Trajectory | Sequence[Message | Choice]) -> list[Message]
 
 async def judge_trajectories(
     message_lists: Sequence[Trajectory | Sequence[Message | Choice]],
-    config: JudgeConfig,
+    judge: ResolvedJudge,
     tools: Sequence[Tools | None] | None = None,
-    *,
-    litellm_params: dict[str, Any] | None = None,
-    cache_root: str | None = None,
 ) -> RulerResult:
-    """Score trajectories relative to each other (see `ruler` for the short form, which resolves the judge).
+    """Score trajectories relative to each other with a resolved judge (`ruler` is the short form).
 
-    `config.model` must be set; `litellm_params` are the call's (api_base, api_key...), never stored:
-    the reply cache is keyed on the config's own params only.
+    result = await judge_trajectories([conv_a, conv_b], resolve_judge(JudgeConfig(model="openai/o4-mini")))
     """
-    if config.model is None:
-        raise ValueError("JudgeConfig.model is None: resolve the judge with ruler()/ruler_score_group()")
-    params = dict(config.litellm_params if litellm_params is None else litellm_params)
     n = len(message_lists)
     if n == 0:
         return RulerResult(scores=[], usage=JudgeUsage())
@@ -155,36 +95,10 @@ async def judge_trajectories(
         return RulerResult(scores=scores, usage=JudgeUsage())
 
     sent_ids = [ids[i] for i in unique]
-    messages = judge_messages([rendered[i] for i in unique], sent_ids, config.rubric_text, [tools[i] for i in unique])
-    response_model = reply_model(sent_ids, config.explanation_max_chars)
-    cache = key = None
-    if config.cache:
-        from art_core.storage import Storage
-
-        cache = JudgeCache(Storage(cache_root or "./.art"))
-        schema = response_model.model_json_schema()
-        # Keyed on what shapes the reply (model, rubric, prompt, schema, sampling), never on a key.
-        plain = {k: v for k, v in params.items() if k not in split_secrets(params)[1]}
-        key = cache.key(config.model, config.rubric_text, messages, schema, plain)
-        record = cache.get(key)
-        if record is not None and set(record["scores"]) == set(sent_ids):
-            return RulerResult(scores=_map_back(record["scores"], ids, same_as), usage=JudgeUsage(cache_hits=1))
-
-    verdicts, usage = await call_judge(
-        messages,
-        judge_model=config.model,
-        response_model=response_model,
-        extra_litellm_params=params,
-        max_retries=config.max_retries,
-        backoff_s=config.backoff_s,
-        timeout_s=config.timeout_s,
-        max_concurrency=config.max_concurrency,
-    )
-    if cache is not None and key is not None:
-        try:
-            cache.put(key, config.model, verdicts, usage.model_dump())
-        except Exception as exc:  # the scores are valid and paid for; a full disk must not lose them
-            log.warning("could not store the RULER reply in the cache at %s: %s", cache.path(key), exc)
+    rubric = judge.config.rubric_text
+    messages = judge_messages([rendered[i] for i in unique], sent_ids, rubric, [tools[i] for i in unique])
+    response_model = reply_model(sent_ids, judge.config.explanation_max_chars)
+    verdicts, usage = await ask_judge(judge, messages, response_model, instructions=rubric)
     return RulerResult(scores=_map_back(verdicts, ids, same_as), usage=usage)
 
 
@@ -219,12 +133,10 @@ async def ruler(
         scores = await ruler([conv_a, conv_b], "openai/o4-mini")
         scores[0].score, scores[0].explanation
     """
-    r = _resolve(judge_model, extra_litellm_params, rubric, config, options)
-    scores = (
-        await judge_trajectories(
-            message_lists, r.config, tools, litellm_params=r.litellm_params, cache_root=r.cache_root
-        )
-    ).scores
+    judge = resolve_judge(
+        config, judge_model=judge_model, extra_litellm_params=extra_litellm_params, rubric=rubric, **options
+    )
+    scores = (await judge_trajectories(message_lists, judge, tools)).scores
     for s in scores if debug else []:
         print(f"[RULER] {s.trajectory_id}: {s.score:.3f} {s.explanation}")
     return scores
@@ -267,12 +179,22 @@ async def ruler_score_group(
 
         scored = await ruler_score_group(group, "openai/o4-mini", combine="weighted", ruler_weight=0.8)
     """
-    r = _resolve(judge_model, extra_litellm_params, rubric, config, options)  # config errors always raise
-    cfg = r.config
+    judge = resolve_judge(  # a misconfiguration (unknown option, no judge) raises, swallowed or not
+        config, judge_model=judge_model, extra_litellm_params=extra_litellm_params, rubric=rubric, **options
+    )
+    return await score_group(group, judge, swallow_exceptions=swallow_exceptions, debug=debug)
+
+
+async def score_group(
+    group: TrajectoryGroup, judge: ResolvedJudge, *, swallow_exceptions: bool = False, debug: bool = False
+) -> TrajectoryGroup | None:
+    """`ruler_score_group` with the judge resolved already (the scoring task resolves it once for a step).
+
+    scored = await score_group(group, resolve_judge(JudgeConfig(model="openai/o4-mini")))
+    """
+    cfg = judge.config
     try:
-        result = await judge_trajectories(
-            group.trajectories, cfg, litellm_params=r.litellm_params, cache_root=r.cache_root
-        )
+        result = await judge_trajectories(group.trajectories, judge)
     except Exception as exc:
         if not swallow_exceptions:
             raise

@@ -5,7 +5,7 @@
   the lookups with a wrong email that the gold lists hold on purpose).
 - COMMUNICATE: each `communicate_info` string, lowercased, is in some assistant text with its commas removed.
 - NL_ASSERTION: an LLM judge (any litellm model, temperature 0 by default) decides per assertion whether the
-  conversation meets it. The call is RULER's (`art_core.rewards.judge.call_judge`): a strict JSON schema with
+  conversation meets it. The call is RULER's (`art_core.rewards.judge.ask_judge`): a strict JSON schema with
   one entry per assertion, checked, retried, cached under the storage root, costed. A failed judge call raises
   `JudgeError`; it never becomes a score.
 
@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from art_core.envs.tau.domain import hash_db
+from art_core.envs.customer_service.domain import hash_db
 from art_core.envs.tau2.data import fresh_copy
-from art_core.envs.tau2.toolkit import ToolFn, run_tool
+from art_core.envs.tool_use.tools import ToolFn, run_tool
 from art_core.rewards.accounting import JudgeUsage
 from art_core.rewards.config import JudgeConfig
 
@@ -101,14 +101,9 @@ async def judge_assertions(
     assertions: list[str], messages: list[dict[str, Any]], judge: JudgeConfig | None
 ) -> tuple[list[dict[str, Any]], JudgeUsage]:
     """Ask the judge about each assertion; returns ([{assertion, met, explanation}], usage). Raises JudgeError."""
-    from art_core.rewards.cache import JudgeCache
     from art_core.rewards.config import resolve_judge
-    from art_core.rewards.judge import call_judge
-    from art_core.settings import get_settings
-    from art_core.storage import Storage
+    from art_core.rewards.judge import ask_judge
 
-    config, params = resolve_judge(judge or JudgeConfig())
-    params.setdefault("temperature", 0.0)  # tau2 judges at temperature 0
     ids = [f"assertion_{i + 1}" for i in range(len(assertions))]
     outcomes = "\n".join(f"{i}: {a}" for i, a in zip(ids, assertions))
     messages_out = [
@@ -118,32 +113,13 @@ async def judge_assertions(
             "content": f"<conversation>\n{transcript(messages)}\n</conversation>\n\n<expected_outcomes>\n{outcomes}\n</expected_outcomes>",
         },
     ]
-    response_model = assertion_reply_model(len(assertions))
-    cache = key = None
-    if config.cache:
-        cache = JudgeCache(Storage(get_settings().storage_root))
-        key = cache.key(
-            config.model, NL_PROMPT, messages_out, response_model.model_json_schema(), config.litellm_params
-        )
-        record = cache.get(key)
-        if record is not None:
-            verdicts, usage = record["scores"], JudgeUsage(cache_hits=1)
-            return [{"assertion": a, **verdicts[i]} for i, a in zip(ids, assertions)], usage
-    verdicts, usage = await call_judge(
+    verdicts, usage = await ask_judge(
+        resolve_judge(judge),
         messages_out,
-        judge_model=config.model,
-        response_model=response_model,
-        extra_litellm_params=params,
-        max_retries=config.max_retries,
-        backoff_s=config.backoff_s,
-        timeout_s=config.timeout_s,
-        max_concurrency=config.max_concurrency,
+        assertion_reply_model(len(assertions)),
+        instructions=NL_PROMPT,
+        call_defaults={"temperature": 0.0},  # tau2 judges at temperature 0
     )
-    if cache is not None and key is not None:
-        try:
-            cache.put(key, config.model, verdicts, usage.model_dump())
-        except OSError as exc:  # a cache that cannot be written costs money later, not correctness now
-            log.warning("could not store the NL-assertion verdicts at %s: %s", cache.path(key), exc)
     return [{"assertion": a, **verdicts[i]} for i, a in zip(ids, assertions)], usage
 
 
