@@ -5,7 +5,7 @@ history.jsonl holds one record per (step, phase): `{"step": 3, "recorded_at": ..
 `delete_checkpoints(best_checkpoint_metric="val/reward")` reads.
 
     rows = metrics_table(read_history(storage, "demo", "agent-001"))
-    png = reward_curve_png(rows)                 # bytes of a PNG (matplotlib, no display needed)
+    png = reward_curve_png(rows)                 # bytes of a PNG (Pillow, no display needed)
     png = reward_curve(storage, path, rows)      # the same, drawn only when the stored one shows other data
     md = eval_markdown(reports)                  # markdown table of reward and pass^k per step
 """
@@ -88,46 +88,152 @@ def display_table(rows: list[dict[str, Any]], digits: int = 3) -> list[dict[str,
     return [{"step": r.get("step"), **{c: show(r.get(c)) for c in columns}} for r in rows]
 
 
-_CURVES = (("train/reward", "o-"), ("val/reward", "s--"))
+# What the reward curve shows: key, colour, dashed, marker (matplotlib's first two colours).
+_CURVES = (("train/reward", (31, 119, 180), False, "o"), ("val/reward", (255, 127, 14), True, "s"))
+_SIZE, _SCALE = (600, 350), 3  # pixels of the PNG; drawn this many times larger, then scaled down (smooth edges)
 
 
 def _curve_points(rows: list[dict[str, Any]]) -> dict[str, list[tuple[Any, Any]]]:
-    """What the reward curve shows: (step, value) per curve, NaN and non-numbers left out."""
+    """What the reward curve shows: (step, value) per curve, NaN, infinities and non-numbers left out."""
     return {
-        key: [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
-        for key, _ in _CURVES
+        key: [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        for key, *_ in _CURVES
     }
 
 
 def reward_curve_png(rows: list[dict[str, Any]], title: str = "reward per step", source: str | None = None) -> bytes:
     """A PNG of train/reward (and val/reward where measured) against step.
 
-    `source`: a text stored in the PNG (chunk `art-source`), so `reward_curve` knows what it was drawn from."""
-    import matplotlib
+    Drawn with Pillow, which the trainer has loaded already: importing matplotlib for this one chart cost
+    a second per process, a tenth of a short run. `source`: a text stored in the PNG (chunk `art-source`),
+    so `reward_curve` knows what it was drawn from.
 
-    matplotlib.use("Agg")  # no display on workers
-    import matplotlib.pyplot as plt
+    >>> reward_curve_png([{"step": 1, "train/reward": 0.25}, {"step": 2, "train/reward": 0.5}])[:4]
+    b'\\x89PNG'
+    """
+    from PIL import Image, ImageDraw, ImageFont
+    from PIL.PngImagePlugin import PngInfo
 
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    k = _SCALE
+    width, height = _SIZE[0] * k, _SIZE[1] * k
+    img = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(img)
+    font, small = ImageFont.load_default(size=15 * k), ImageFont.load_default(size=12 * k)
     points = _curve_points(rows)
-    for key, style in _CURVES:
-        if points[key]:
-            ax.plot(*zip(*points[key]), style, label=key)
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    shown = [p for ps in points.values() for p in ps]
     # train/reward at step N is the reward of the rollouts step N was trained on (sampled from step N - 1).
-    ax.set_xlabel("step (checkpoint)")
-    ax.set_ylabel("reward")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+    xs, xticks = _axis([x for x, _ in shown], integer=True)
+    ys, yticks = _axis([y for _, y in shown])
+    ylabels = [_tick_label(t, yticks) for t in yticks]
+    left = k * 38 + max(draw.textlength(t, font=small) for t in ylabels)
+    box = (left, k * 34, width - k * 16, height - k * 50)  # the axes: x0, y0, x1, y1
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return (
+            box[0] + (x - xs[0]) / (xs[1] - xs[0]) * (box[2] - box[0]),
+            box[3] - (y - ys[0]) / (ys[1] - ys[0]) * (box[3] - box[1]),
+        )
+
+    grey, tick = (230, 230, 230), 4 * k
+    for t in xticks:
+        x = at(t, ys[0])[0]
+        draw.line([(x, box[1]), (x, box[3])], fill=grey, width=k)
+        draw.line([(x, box[3]), (x, box[3] + tick)], fill="black", width=k)
+        draw.text((x, box[3] + tick + 2 * k), _tick_label(t, xticks), fill="black", font=small, anchor="mt")
+    for t, label in zip(yticks, ylabels):
+        y = at(xs[0], t)[1]
+        draw.line([(box[0], y), (box[2], y)], fill=grey, width=k)
+        draw.line([(box[0] - tick, y), (box[0], y)], fill="black", width=k)
+        draw.text((box[0] - tick - 3 * k, y), label, fill="black", font=small, anchor="rm")
+    draw.rectangle(box, outline="black", width=k)
+    for key, colour, dashed, marker in _CURVES:
+        line = [at(x, y) for x, y in points[key]]
+        for a, b in zip(line, line[1:]):
+            _segment(draw, a, b, colour, 2 * k, dash=(6 * k, 4 * k) if dashed else None)
+        for x, y in line:
+            r = 4 * k
+            shape = draw.ellipse if marker == "o" else draw.rectangle
+            shape((x - r, y - r, x + r, y + r), fill=colour)
+    draw.text(((box[0] + box[2]) / 2, k * 10), title, fill="black", font=font, anchor="mt")
+    draw.text(((box[0] + box[2]) / 2, height - k * 8), "step (checkpoint)", fill="black", font=font, anchor="md")
+    label = Image.new("RGB", (int(draw.textlength("reward", font=font)) + 2 * k, 20 * k), "white")
+    ImageDraw.Draw(label).text((k, 0), "reward", fill="black", font=font)
+    img.paste(label.rotate(90, expand=True), (k * 6, int((box[1] + box[3] - label.width) / 2)))
+    _legend(draw, box, [c for c in _CURVES if points[c[0]]], [at(x, y) for x, y in shown], small, k)
+
+    info = PngInfo()
+    if source:
+        info.add_text(_SOURCE_CHUNK, source)
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", metadata={_SOURCE_CHUNK: source} if source else None)
-    plt.close(fig)
+    img.resize(_SIZE, Image.LANCZOS).save(buf, format="PNG", pnginfo=info, optimize=False)
     return buf.getvalue()
+
+
+def _axis(values: list[float], integer: bool = False, ticks: int = 6) -> tuple[tuple[float, float], list[float]]:
+    """An axis' limits (the values with a 5% margin) and round tick values inside them (1, 2, 2.5 or 5 times a
+    power of ten; whole numbers only for steps)."""
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    if hi - lo < 1e-12:
+        pad = 0.5 if integer else max(abs(lo) * 0.1, 0.05)
+        lo, hi = lo - pad, hi + pad
+    margin = (hi - lo) * 0.05
+    lo, hi = lo - margin, hi + margin
+    raw = (hi - lo) / (ticks - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw * 0.999)
+    if integer:
+        step = max(1, math.ceil(step))
+    first = math.ceil(lo / step - 1e-9)
+    return (lo, hi), [i * step for i in range(first, math.floor(hi / step + 1e-9) + 1)]
+
+
+def _tick_label(value: float, ticks: list[float]) -> str:
+    """`value` with as many decimals as the ticks' spacing needs."""
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = 0
+    while decimals < 6 and abs(round(step, decimals) - step) > 1e-9:
+        decimals += 1
+    return f"{value:.{decimals}f}"
+
+
+def _segment(draw: Any, a: tuple[float, float], b: tuple[float, float], colour: Any, width: int, dash=None) -> None:
+    """A line from a to b, solid or dashed (`dash`: pixels drawn, pixels skipped)."""
+    if dash is None:
+        draw.line([a, b], fill=colour, width=width)
+        return
+    length = math.dist(a, b)
+    at = 0.0
+    while at < length:
+        end = min(at + dash[0], length)
+        draw.line([_along(a, b, at / length), _along(a, b, end / length)], fill=colour, width=width)
+        at = end + dash[1]
+
+
+def _along(a: tuple[float, float], b: tuple[float, float], f: float) -> tuple[float, float]:
+    return a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f
+
+
+def _legend(draw: Any, box: tuple, curves: list, points: list[tuple[float, float]], font: Any, k: int) -> None:
+    """A legend in the corner of the axes that covers the fewest points (matplotlib's 'best', simplified)."""
+    if not curves:
+        return
+    row, pad = 18 * k, 6 * k
+    w = 34 * k + max(draw.textlength(c[0], font=font) for c in curves) + 2 * pad
+    h = row * len(curves) + 2 * pad
+    corners = [
+        (box[2] - w - pad, box[1] + pad),  # upper right first, as matplotlib tries
+        (box[0] + pad, box[1] + pad),
+        (box[0] + pad, box[3] - h - pad),
+        (box[2] - w - pad, box[3] - h - pad),
+    ]
+    x0, y0 = min(corners, key=lambda c: sum(c[0] <= x <= c[0] + w and c[1] <= y <= c[1] + h for x, y in points))
+    draw.rectangle((x0, y0, x0 + w, y0 + h), fill="white", outline=(204, 204, 204), width=k)
+    for i, (key, colour, dashed, marker) in enumerate(curves):
+        y = y0 + pad + row * i + row / 2
+        _segment(draw, (x0 + pad, y), (x0 + pad + 24 * k, y), colour, 2 * k, dash=(6 * k, 4 * k) if dashed else None)
+        r, cx = 4 * k, x0 + pad + 12 * k
+        (draw.ellipse if marker == "o" else draw.rectangle)((cx - r, y - r, cx + r, y + r), fill=colour)
+        draw.text((x0 + pad + 32 * k, y), key, fill="black", font=font, anchor="lm")
 
 
 _SOURCE_CHUNK = "art-source"
@@ -138,13 +244,13 @@ def reward_curve(storage: Storage, path: str, rows: list[dict[str, Any]], title:
     """The reward curve PNG at `path` in storage: the stored one when it shows exactly these points and this
     title, drawn by this code; otherwise drawn (`reward_curve_png`) and written there. Returns its bytes.
 
-    A run that adds no step (a resumed or fully cached run) shows the same points, and redrawing them cost
-    a quarter of such a run, and a second of importing matplotlib in a fresh process. The key is stored
-    in the PNG itself: a PNG written by anything else, cut short, or drawn from other rows is drawn again.
+    A run that adds no step (a resumed or fully cached run) shows the same points: redrawing them cost a
+    quarter of such a run when matplotlib drew them. The key is stored in the PNG itself: a PNG written by
+    anything else, cut short, or drawn from other rows, title or code is drawn again.
 
     >>> png = reward_curve(Storage("/tmp/art"), "/tmp/art/demo/models/a/reports/reward_curve.png", rows)  # doctest: +SKIP
     """
-    shown = [title, _curve_points(rows), _CURVES, _drawing_code()]
+    shown = [title, _curve_points(rows), _CURVES, _SIZE, _SCALE, _drawing_code()]
     key = hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()
     try:
         with storage.fs.open(path, "rb") as f:
@@ -162,7 +268,8 @@ def reward_curve(storage: Storage, path: str, rows: list[dict[str, Any]], title:
 def _drawing_code() -> str:
     """The source of the drawing code, so a PNG drawn by an older version of it is drawn again."""
     try:
-        return "".join(inspect.getsource(f) for f in (reward_curve_png, _curve_points))
+        drawing = (reward_curve_png, _curve_points, _axis, _tick_label, _segment, _along, _legend)
+        return "".join(inspect.getsource(f) for f in drawing)
     except OSError:  # no source at hand (byte code only): draw again once per process, never show a stale one
         return os.urandom(16).hex()
 

@@ -1,6 +1,6 @@
 """Benchmark: what the Prefect pipeline costs on top of the same art_core calls in a plain loop.
 
-    python bench/pipeline.py              # ~3-5 minutes on 2 CPU cores; writes bench/results/pipeline.txt
+    python bench/pipeline.py              # ~3-5 minutes on 2 CPU cores; appends to bench/results/pipeline.txt
     python bench/pipeline.py --steps 4 --groups 4 --group-size 8
 
 In one process, against one vLLM server serving the tiny model and a Prefect test server:
@@ -74,6 +74,7 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--out", default=RESULTS, help="file the section is appended to (earlier sections are kept)")
     args = p.parse_args()
 
     from prefect.testing.utilities import prefect_test_harness
@@ -153,9 +154,9 @@ def main() -> None:
         f"cached re-run                      {cached_s:7.2f} s = {cached_s / flow_s:.1%} of the first run ({flow_s:.1f} s)",
     ]
     text = "\n".join(lines) + "\n"
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        f.write(text)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "a") as f:  # a dated section after the earlier ones: the file is the history
+        f.write(("\n" if f.tell() else "") + text)
     print(text)
 
 

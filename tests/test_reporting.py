@@ -1,5 +1,7 @@
 """Run reports: history.jsonl per step, the metrics table, the reward curve, the eval markdown, W&B offline."""
 
+import io
+import math
 import os
 
 from art_core.evaluate import EvalReport
@@ -33,9 +35,18 @@ def test_history_records_merge_into_one_row_per_step(tmp_path):
     assert step_metrics(s, "p", "m", 2, prefix="val/") == {"val/reward": 0.4, "val/pass^1": 0.3}
 
 
-def test_reward_curve_is_a_png():
+def test_reward_curve_is_a_png_of_each_measured_reward():
+    from PIL import Image
+
     png = reward_curve_png([{"step": 1, "train/reward": 0.1}, {"step": 2, "train/reward": 0.3, "val/reward": 0.2}])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    assert img.size == (600, 350)
+    train, val = (31, 119, 180), (255, 127, 14)  # the markers' colours
+    assert {train, val} <= set(img.getdata())
+    only_train = Image.open(io.BytesIO(reward_curve_png([{"step": 1, "train/reward": 0.1, "val/reward": math.nan}])))
+    assert train in set(only_train.convert("RGB").getdata()) and val not in set(only_train.convert("RGB").getdata())
+    assert reward_curve_png([])[:8] == b"\x89PNG\r\n\x1a\n"  # before the first step: empty axes
 
 
 def test_reward_curve_is_drawn_again_only_when_what_it_shows_changed(tmp_path):
