@@ -200,7 +200,8 @@ async def bench(model_dir: str, store: str, device: str, args: argparse.Namespac
 # ---- the real model: ours vs vLLM's own server, float32 vs bfloat16, what prefix caching saves ---------------
 class PlainServer:
     """Raw vLLM at its best for this model: its own OpenAI server with the flags a user would give it here
-    (the dtype and whole-prompt prefills ours uses, no LoRA, no middleware), asked by a plain client."""
+    (the dtype, whole-prompt prefills and tool parser ours uses, since every request offers tools; no LoRA, no
+    middleware), asked by a plain client."""
 
     def __init__(self, model_dir: str, dtype: str) -> None:
         from art_core.inference.server import ServerConfig, VLLMServer
@@ -212,7 +213,6 @@ class PlainServer:
                 served_model_name="plain",
                 dtype=dtype,
                 enable_lora=False,
-                tool_call_parser=None,
                 return_tokens_as_token_ids=False,
                 compact_json=False,
                 require_api_key=False,
