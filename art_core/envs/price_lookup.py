@@ -31,7 +31,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
-from art_core.envs.tau.forced_calls import tool_call_regex
+from art_core.envs.tool_use.forced_calls import tool_call_regex
+from art_core.envs.tool_use.tools import function_schema
 from art_core.trajectories import Trajectory
 
 # Sixteen items: the catalogue is listed in the tool's schema, so every prompt (and every trained sequence)
@@ -100,26 +101,8 @@ class PriceLookupEnv(Environment):
         return self.options.force_call
 
     def tools(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": "lookup_price",
-                    "description": "Look up what an item of the store costs, in dollars.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {
-                            "item": {
-                                "type": "string",
-                                "enum": sorted(ITEMS),
-                                "description": "The item's name, as the customer said it.",
-                            }
-                        },
-                        "required": ["item"],
-                    },
-                },
-            }
-        ]
+        item = {"type": "string", "enum": sorted(ITEMS), "description": "The item's name, as the customer said it."}
+        return [function_schema("lookup_price", "Look up what an item of the store costs, in dollars.", {"item": item})]
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)

@@ -19,8 +19,8 @@ import pytest
 from art_core.envs import load_environment
 from art_core.envs.airline import AIRLINE
 from art_core.envs.airline.db import BAG_PRICE, CABINS, INSURANCE_PRICE, MONTH, TODAY, make_db
-from art_core.envs.airline.tasks import make_tasks
-from art_core.envs.tau.domain import Action, Task, call_tool, hash_db, reward
+from art_core.envs.airline.scenarios import make_tasks
+from art_core.envs.customer_service.domain import Action, Task, call_tool, hash_db, reward
 from art_core.trajectories import Trajectory
 from tests.envs.conftest import say, tool_call  # scripted agent turns for the fake chat server
 
@@ -397,7 +397,7 @@ def compact(domain):
 async def test_airline_episode_against_vllm(vllm_endpoint):
     from openai import AsyncOpenAI
 
-    from art_core.envs.tau.episode import CustomerServiceEnv
+    from art_core.envs.customer_service.env import CustomerServiceEnv
 
     env = CustomerServiceEnv(compact(AIRLINE), seed=0, user="scripted", max_turns=3, force_tool_calls=True)
     client = AsyncOpenAI(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key)

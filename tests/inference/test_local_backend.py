@@ -105,7 +105,7 @@ async def test_32_concurrent_tool_chats_carry_logprobs_and_token_ids(served):
     _, model = served
     client = model.openai_client()
 
-    from art_core.envs.tau.forced_calls import tool_call_regex
+    from art_core.envs.tool_use.forced_calls import tool_call_regex
 
     async def one(i: int):
         # Half must call the tool, half may answer freely. The call is forced the way our environments force

@@ -1,10 +1,10 @@
 """The airline customer-service domain (tau-bench style): bookings, changes, bags, cancellations, compensation.
 
-`AIRLINE` bundles the seeded database, tools, tasks and policy; `load_environment` wraps it in the
+`AIRLINE` bundles the seeded database, tools, customer scenarios and policy; `load_environment` wraps it in the
 generic customer-service episode loop:
 
     >>> env = load_environment(seed=0)              # same as art_core.envs.load_environment("airline")
-    >>> from art_core.envs.tau.domain import call_tool
+    >>> from art_core.envs.customer_service.domain import call_tool
     >>> db = AIRLINE.make_db(0)
     >>> call_tool(AIRLINE, db, "list_all_airports", {})[:30]
     '[{"city": "Atlanta", "code": "'
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from art_core.envs.airline.db import make_db
-from art_core.envs.airline.tasks import make_tasks
+from art_core.envs.airline.scenarios import make_tasks
 from art_core.envs.airline.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
-from art_core.envs.tau.domain import Domain
+from art_core.envs.customer_service.domain import Domain
 
 POLICY = (Path(__file__).parent / "policy.md").read_text()
 
@@ -34,8 +34,8 @@ AIRLINE = Domain(
 
 
 def load_environment(**options: Any):
-    """The airline environment: `CustomerServiceEnv(AIRLINE, **options)` (see art_core.envs.tau.episode)."""
-    from art_core.envs.tau.episode import CustomerServiceEnv  # the generic loop; imported only when used
+    """The airline environment: `CustomerServiceEnv(AIRLINE, **options)` (see art_core.envs.customer_service.env)."""
+    from art_core.envs.customer_service.env import CustomerServiceEnv  # the generic loop; imported only when used
 
     return CustomerServiceEnv(AIRLINE, **options)
 

@@ -17,7 +17,7 @@ import copy
 from typing import Any
 
 from art_core.envs.airline.db import BAG_PRICE, CABINS, INSURANCE_PRICE, Database, minutes_of
-from art_core.envs.tau.domain import ToolError
+from art_core.envs.tool_use.tools import ToolError, function_schema
 
 MIN_CONNECTION_MINUTES = 60
 
@@ -511,14 +511,4 @@ _ARGS: dict[str, tuple[str, dict[str, Any]]] = {
         {"summary": _S},
     ),
 }
-TOOL_SCHEMAS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {"type": "object", "properties": props, "required": list(props)},
-        },
-    }
-    for name, (desc, props) in _ARGS.items()
-]
+TOOL_SCHEMAS = [function_schema(name, desc, props) for name, (desc, props) in _ARGS.items()]

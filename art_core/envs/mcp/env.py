@@ -24,7 +24,6 @@ generated once by `art_core.mcp.generate_scenarios` and kept in storage (see `ar
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import uuid
@@ -36,6 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.mcp.schemas import READ_RESOURCE, openai_tool, read_resource_tool, takes_argument
 from art_core.envs.mcp.server import McpServer, McpServerError, connect, run_blocking
+from art_core.envs.tool_use.episode import Rules, run_episode
+from art_core.envs.tool_use.forced_calls import tool_call_regex
+from art_core.envs.tool_use.tools import ToolError, parse_call
 from art_core.trajectories import Trajectory
 
 log = logging.getLogger(__name__)
@@ -201,16 +203,10 @@ class McpEnv(Environment):
 
     # ---- one episode ----------------------------------------------------------------------------
     def forced_regex(self) -> str:
-        from art_core.envs.tau.forced_calls import tool_call_regex
-
-        calls = tool_call_regex(self.tools())
-        n = self.options.forced_message_chars
-        return f"({calls})|([A-Za-z][A-Za-z ,.?!]{{0,{n - 1}}})" if n else calls
+        return tool_call_regex(self.tools(), message_chars=self.options.forced_message_chars)
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one episode of `scenario` against the server with `model` served by `client` (openai.AsyncOpenAI)."""
-        from art_core.envs.tau.episode import _tool_calls
-
         sampling, extra_body = turn_sampling(sampling)
         o = self.options
         if o.force_tool_calls:
@@ -231,38 +227,25 @@ class McpEnv(Environment):
                 "state_key": key or "",
             },
         )
-        counts = {"tool_calls": 0, "tool_errors": 0}
-        turns, stop_reason = 0, "max_turns"
         async with connect(o.server) as server:
             await self._reset(server, key)
-            while turns < o.max_turns:
-                turns += 1
-                completion = await client.chat.completions.create(
-                    model=model,
-                    messages=traj.messages(),
-                    tools=self.tools(),
-                    logprobs=True,
-                    extra_body=extra_body,
-                    **sampling,
-                )
-                choice = completion.choices[0]
-                traj.messages_and_choices.append(choice)
-                if choice.finish_reason == "length":
-                    stop_reason = "max_tokens"
-                    break
-                calls = _tool_calls(choice, turns)
-                if not calls:
-                    stop_reason = "answered"
-                    break
-                for call_id, name, arguments in calls:
-                    text, error = await self.call_tool(server, name, arguments, key)
-                    counts["tool_calls"] += 1
-                    counts["tool_errors"] += error
-                    traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": text})
-        calls = counts["tool_calls"]
-        traj.reward = (calls - counts["tool_errors"]) / calls if calls else 0.0
-        traj.metrics.update(turns=turns, truncated=stop_reason != "answered", tool_success=traj.reward, **counts)
-        traj.metadata["stop_reason"] = stop_reason
+
+            async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
+                return await self.call_tool(server, name, arguments, key)
+
+            # no customer: the first reply without a tool call is the answer
+            rules = Rules(max_turns=o.max_turns)
+            episode = await run_episode(client, model, traj, sampling, extra_body, call_tool=call_tool, rules=rules)
+        calls = episode.tool_calls
+        traj.reward = (calls - episode.tool_errors) / calls if calls else 0.0
+        traj.metrics.update(
+            turns=episode.turns,
+            truncated=episode.stop_reason != "answered",
+            tool_success=traj.reward,
+            tool_calls=calls,
+            tool_errors=episode.tool_errors,
+        )
+        traj.metadata["stop_reason"] = episode.stop_reason
         return traj.finish()
 
     async def _reset(self, server: Any, key: str | None) -> None:
@@ -284,16 +267,11 @@ class McpEnv(Environment):
         self, server: Any, name: str, arguments: str | dict[str, Any], key: str | None = None
     ) -> tuple[str, bool]:
         """Send one model tool call to the server; returns (text the model reads, is_error)."""
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments or "{}")
-            except json.JSONDecodeError as e:
-                return f"Error: the arguments of {name} are not valid JSON ({e}); send a JSON object", True
-        if not isinstance(arguments, dict):
-            return f"Error: the arguments of {name} must be a JSON object, got {type(arguments).__name__}", True
         offered = {t["function"]["name"] for t in self.tools()}
-        if name not in offered:
-            return f"Error: Tool '{name}' not found; the tools are {', '.join(sorted(offered))}", True
+        try:
+            arguments = parse_call(offered, name, arguments, unknown="Tool '{name}' not found; the tools are {tools}")
+        except ToolError as e:
+            return f"Error: {e}", True
         if name == READ_RESOURCE and self.resource_tool:
             text, error = await server.read_resource(str(arguments.get("uri", "")))
         else:

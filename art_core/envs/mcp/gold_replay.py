@@ -68,7 +68,7 @@ def replay_tasks(
     """Replay the gold actions of `task_ids` (default: every retail task) through the server and our tools."""
     from art_core.envs.tau2.data import load_tau2_data
     from art_core.envs.tau2.retail import TOOLS
-    from art_core.envs.tau2.toolkit import run_tool
+    from art_core.envs.tool_use.tools import run_tool
 
     if state_dir is None:  # the server writes a 1.3 MB file per state key: keep them only while comparing
         with tempfile.TemporaryDirectory(prefix="mcp-gold-") as tmp:

@@ -22,6 +22,8 @@ import copy
 import re
 from typing import Any
 
+from art_core.envs.tool_use.tools import function_schema
+
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ROOT_COMBINATORS = ("anyOf", "oneOf", "allOf", "not", "enum", "const")
 
@@ -60,13 +62,10 @@ def openai_tool(
             f"MCP tool {name!r}: its input schema refers to {outside[0]!r} outside itself; OpenAI fetches no "
             "references: inline the definition (or use $defs with '#/$defs/...')"
         )
-    params["type"] = "object"
-    params.setdefault("properties", {})
-    for arg in hide:
-        params["properties"].pop(arg, None)
-        if arg in params.get("required", []):
-            params["required"] = [r for r in params["required"] if r != arg]
-    return {"type": "function", "function": {"name": name, "description": description or "", "parameters": params}}
+    params.pop("type", None)
+    properties = {k: v for k, v in (params.pop("properties", None) or {}).items() if k not in hide}
+    required = [r for r in params.pop("required", None) or [] if r not in hide]
+    return function_schema(name, description or "", properties, required, **params)
 
 
 def _external_refs(node: Any) -> list[str]:
@@ -89,21 +88,7 @@ READ_RESOURCE = "read_resource"
 def read_resource_tool(resources: list[dict[str, Any]]) -> dict[str, Any]:
     """The tool through which the model reads the server's resources (offered when the server lists any)."""
     listing = "; ".join(f"{r['uri']}: {r.get('description') or r.get('name') or ''}".strip() for r in resources)
-    return {
-        "type": "function",
-        "function": {
-            "name": READ_RESOURCE,
-            "description": f"Read one of the server's resources by its URI. Resources: {listing}",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "uri": {
-                        "type": "string",
-                        "enum": [r["uri"] for r in resources],
-                        "description": "The resource's URI.",
-                    }
-                },
-                "required": ["uri"],
-            },
-        },
-    }
+    uri = {"type": "string", "enum": [r["uri"] for r in resources], "description": "The resource's URI."}
+    return function_schema(
+        READ_RESOURCE, f"Read one of the server's resources by its URI. Resources: {listing}", {"uri": uri}
+    )

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from art_core.envs.retail.db import make_db
-from art_core.envs.retail.tasks import make_tasks
+from art_core.envs.retail.scenarios import make_tasks
 from art_core.envs.retail.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
-from art_core.envs.tau.domain import Domain
+from art_core.envs.customer_service.domain import Domain
 
 POLICY = (Path(__file__).parent / "policy.md").read_text()
 
@@ -34,7 +34,7 @@ RETAIL = Domain(
 
 def load_environment(**options: Any):
     """The retail environment; see `CustomerServiceEnv` for the options (seed, user, max_turns, ...)."""
-    from art_core.envs.tau.episode import CustomerServiceEnv
+    from art_core.envs.customer_service.env import CustomerServiceEnv
 
     return CustomerServiceEnv(RETAIL, **options)
 

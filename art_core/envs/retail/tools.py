@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from art_core.envs.retail.db import CANCEL_REASONS
-from art_core.envs.tau.domain import ToolError
+from art_core.envs.tool_use.tools import ToolError, function_schema
 
 Database = dict[str, Any]
 ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
@@ -323,19 +323,7 @@ def _schema(name: str, description: str, **params: tuple[str, str]) -> dict[str,
             if typ == "array"
             else {"type": typ, "description": desc}
         )
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": props,
-                "required": list(params),
-                "additionalProperties": False,
-            },
-        },
-    }
+    return function_schema(name, description, props, additionalProperties=False)
 
 
 _ADDRESS = {

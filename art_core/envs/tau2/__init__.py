@@ -2,5 +2,5 @@
 
 `data` loads tau2's files (from the `[tau2]` extra's packages or a checkout), `retail` / `airline` hold the
 tools, `reward` tau2's reward (DB, COMMUNICATE, NL assertions through a judge), `user` the LLM customer,
-`env` the episode loop and tau2's protocol, `published` the leaderboard's reference figures.
+`env` tau2's protocol and its episode (played by `art_core.envs.tool_use`), `published` the leaderboard's reference figures.
 """

@@ -22,7 +22,8 @@ from functools import partial
 from typing import Any
 
 from art_core.envs.tau2.airline_schemas import SCHEMAS
-from art_core.envs.tau2.toolkit import ToolFn, as_int, as_record, calculate, transfer_to_human_agents
+from art_core.envs.tau2.toolkit import as_int, as_record, calculate, transfer_to_human_agents
+from art_core.envs.tool_use.tools import ToolFn
 
 Db = dict[str, Any]
 CABINS = ("basic_economy", "economy", "business")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from art_core.envs.tau2.toolkit import CALCULATE_SCHEMA, TRANSFER_SCHEMA, fn_schema, integer, string
+from art_core.envs.tau2.toolkit import CALCULATE_SCHEMA, TRANSFER_SCHEMA, integer, string
+from art_core.envs.tool_use.tools import function_schema
 
 _CONFIRM = " List the details and get the user's explicit confirmation (yes) before calling it."
 _RESERVATION_ID = string("The reservation id, such as 'ZFA04Y'.")
@@ -42,7 +43,7 @@ _PAYMENT_ID = string(
 )
 
 SCHEMAS: list[dict[str, Any]] = [
-    fn_schema(
+    function_schema(
         "book_reservation",
         "Book a reservation." + _CONFIRM,
         {
@@ -68,31 +69,33 @@ SCHEMAS: list[dict[str, Any]] = [
         },
     ),
     CALCULATE_SCHEMA,
-    fn_schema(
+    function_schema(
         "cancel_reservation",
         "Cancel a whole reservation; its payments are refunded." + _CONFIRM,
         {"reservation_id": _RESERVATION_ID},
     ),
-    fn_schema("get_reservation_details", "Get the details of a reservation.", {"reservation_id": _RESERVATION_ID}),
-    fn_schema("get_user_details", "Get a user's details, including their reservations.", {"user_id": _USER_ID}),
-    fn_schema("list_all_airports", "List every airport the airline serves, with its city.", {}),
-    fn_schema(
+    function_schema(
+        "get_reservation_details", "Get the details of a reservation.", {"reservation_id": _RESERVATION_ID}
+    ),
+    function_schema("get_user_details", "Get a user's details, including their reservations.", {"user_id": _USER_ID}),
+    function_schema("list_all_airports", "List every airport the airline serves, with its city.", {}),
+    function_schema(
         "search_direct_flight",
         "Search direct flights between two airports on a date.",
         {"origin": string("Origin " + _AIRPORT), "destination": string("Destination " + _AIRPORT), "date": _DATE},
     ),
-    fn_schema(
+    function_schema(
         "search_onestop_flight",
         "Search one-stop flights (pairs of flights) between two airports on a date.",
         {"origin": string("Origin " + _AIRPORT), "destination": string("Destination " + _AIRPORT), "date": _DATE},
     ),
-    fn_schema(
+    function_schema(
         "send_certificate",
         "Send a travel certificate to a user. Be careful!",
         {"user_id": _USER_ID, "amount": integer("Amount in dollars.")},
     ),
     TRANSFER_SCHEMA,
-    fn_schema(
+    function_schema(
         "update_reservation_baggages",
         "Change the checked bags of a reservation." + _CONFIRM,
         {
@@ -102,7 +105,7 @@ SCHEMAS: list[dict[str, Any]] = [
             "payment_id": _PAYMENT_ID,
         },
     ),
-    fn_schema(
+    function_schema(
         "update_reservation_flights",
         "Change the flights or cabin of a reservation." + _CONFIRM,
         {
@@ -115,12 +118,12 @@ SCHEMAS: list[dict[str, Any]] = [
             "payment_id": _PAYMENT_ID,
         },
     ),
-    fn_schema(
+    function_schema(
         "update_reservation_passengers",
         "Change the passengers of a reservation (same number of passengers)." + _CONFIRM,
         {"reservation_id": _RESERVATION_ID, "passengers": _PASSENGERS},
     ),
-    fn_schema(
+    function_schema(
         "get_flight_status",
         "Get the status of a flight on a date.",
         {"flight_number": string("The flight number, such as 'HAT001'."), "date": _DATE},

@@ -29,13 +29,13 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
-from art_core.envs.tau.episode import _tool_calls
-from art_core.envs.tau.forced_calls import tool_call_regex
-from art_core.envs.tau.users import LLMUserSettings
+from art_core.envs.customer_service.users import LLMUserSettings
 from art_core.envs.tau2.data import Tau2Data, find_folder, fresh_copy, load_tau2_data
 from art_core.envs.tau2.reward import GoldReplay, gold_replay, score
-from art_core.envs.tau2.toolkit import ToolFn, run_tool
-from art_core.envs.tau2.user import GREETING, Tau2User, default_user_settings, is_stop
+from art_core.envs.tau2.user import GREETING, STOP_SIGNALS, Tau2User, default_user_settings
+from art_core.envs.tool_use.episode import Rules, run_episode
+from art_core.envs.tool_use.forced_calls import tool_call_regex
+from art_core.envs.tool_use.tools import ToolFn, run_tool
 from art_core.rewards.config import JudgeConfig
 from art_core.trajectories import Trajectory
 
@@ -145,19 +145,10 @@ class Tau2Env(Environment):
 
     def call_tool(self, db: dict[str, Any], name: str, arguments: str | dict[str, Any]) -> tuple[str, bool]:
         """Run one agent tool call (arguments as the model sent them); returns (text, is_error)."""
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments or "{}")
-            except json.JSONDecodeError as e:
-                return f"Error: the arguments of {name} are not valid JSON ({e})", True
-        if not isinstance(arguments, dict):
-            return f"Error: the arguments of {name} must be a JSON object", True
         return run_tool(self.tools_by_name, db, name, arguments)
 
     def forced_regex(self) -> str:
-        calls = tool_call_regex(self.tools())
-        n = self.options.forced_message_chars
-        return f"({calls})|([A-Za-z][A-Za-z ,.?!]{{0,{n - 1}}})" if n else calls
+        return tool_call_regex(self.tools(), message_chars=self.options.forced_message_chars)
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, **sampling: Any) -> Trajectory:
         """Play one tau2 episode of `scenario` with `model` served by `client` (an `openai.AsyncOpenAI`)."""
@@ -168,67 +159,42 @@ class Tau2Env(Environment):
             extra_body["structured_outputs"] = {"regex": self.forced_regex()}
         if not o.sampler_extras:
             extra_body.pop("return_tokens_as_token_ids", None)
+            sampling["logprobs"] = False
         db = fresh_copy(self.data.db)
         user = Tau2User(task, o.user)
-        tools = self.tools()
         traj = Trajectory(
             messages_and_choices=[
                 {"role": "system", "content": self.system_prompt},
                 {"role": "assistant", "content": GREETING},
+                {"role": "user", "content": await user.reply(GREETING)},
             ],
-            tools=tools,
+            tools=self.tools(),
             metadata={"env": self.name, "task_id": str(task["id"]), "split": scenario.split},
         )
-        opening = await user.reply(GREETING)
-        traj.messages_and_choices.append({"role": "user", "content": opening})
-        steps, turns, counts = 2, 0, {"tool_calls": 0, "tool_errors": 0, "writes": 0}
-        stop_reason = "user_stop" if is_stop(opening) else None
-        while stop_reason is None:
-            if steps >= o.max_steps:
-                stop_reason = "max_steps"
-                break
-            turns += 1
-            completion = await client.chat.completions.create(
-                model=model,
-                messages=traj.messages(),
-                tools=tools,
-                logprobs=o.sampler_extras,
-                extra_body=extra_body or None,
-                **sampling,
-            )
-            choice = completion.choices[0]
-            traj.messages_and_choices.append(choice)
-            steps += 1
-            if choice.finish_reason == "length":
-                stop_reason = "max_tokens"  # a cut call or reply: tau2 would not get a usable message either
-                break
-            calls = _tool_calls(choice, turns)
-            if calls:
-                for call_id, name, arguments in calls:
-                    text, error = self.call_tool(db, name, arguments)
-                    counts["tool_calls"] += 1
-                    counts["tool_errors"] += error
-                    counts["writes"] += name in self.toolset.write_tools and not error
-                    traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": text})
-                steps += 1
-                if counts["tool_errors"] >= o.max_errors:
-                    stop_reason = "too_many_errors"
-                continue
-            answer = await user.reply(choice.message.content or "")
-            traj.messages_and_choices.append({"role": "user", "content": answer})
-            steps += 1
-            if is_stop(answer):
-                stop_reason = "user_stop"
+
+        async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
+            return self.call_tool(db, name, arguments)
+
+        # tau2 has no terminal tool (its transfer tool is not one) and stops at a reply cut by max_tokens too
+        rules = Rules(
+            stop_signals=STOP_SIGNALS,
+            max_steps=o.max_steps,
+            max_errors=o.max_errors,
+            write_tools=self.toolset.write_tools,
+        )
+        episode = await run_episode(
+            client, model, traj, sampling, extra_body, call_tool=call_tool, customer=user.reply, rules=rules
+        )
         metrics, details = await score(
             task.get("evaluation_criteria"),
             self.gold(str(task["id"])),
             db,
             traj.messages(),
-            terminated=stop_reason == "user_stop",
+            terminated=episode.stop_reason == "user_stop",
             judge=o.judge,
         )
         traj.reward = metrics.pop("reward")
-        traj.metrics.update(metrics, turns=turns, steps=steps, **counts)
+        traj.metrics.update(metrics, turns=episode.turns, steps=episode.steps, **episode.counts())
         # metadata holds scalars only (it is stored in every rollout file): the checks behind the reward as JSON
-        traj.metadata.update(stop_reason=stop_reason, reward_details=json.dumps(details, default=str))
+        traj.metadata.update(stop_reason=episode.stop_reason, reward_details=json.dumps(details, default=str))
         return traj.finish()

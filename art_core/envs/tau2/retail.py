@@ -21,13 +21,12 @@ from typing import Any
 from art_core.envs.tau2.toolkit import (
     CALCULATE_SCHEMA,
     TRANSFER_SCHEMA,
-    ToolFn,
     calculate,
-    fn_schema,
     string,
     strings,
     transfer_to_human_agents,
 )
+from art_core.envs.tool_use.tools import ToolFn, function_schema
 
 Db = dict[str, Any]
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
@@ -340,7 +339,7 @@ _CONFIRM = " Explain the details and get the user's explicit confirmation (yes) 
 
 SCHEMAS: list[dict[str, Any]] = [
     CALCULATE_SCHEMA,
-    fn_schema(
+    function_schema(
         "cancel_pending_order",
         "Cancel a pending order (processed or delivered orders cannot be cancelled). Its payments "
         "are refunded: to a gift card at once, to other methods in 5-7 business days. Returns the order." + _CONFIRM,
@@ -349,7 +348,7 @@ SCHEMAS: list[dict[str, Any]] = [
             "reason": string("Why: 'no longer needed' or 'ordered by mistake'.", enum=list(CANCEL_REASONS)),
         },
     ),
-    fn_schema(
+    function_schema(
         "exchange_delivered_order_items",
         "Exchange items of a delivered order for other items of the same products. "
         "A delivered order can be returned or exchanged only once. Returns the order." + _CONFIRM,
@@ -360,7 +359,7 @@ SCHEMAS: list[dict[str, Any]] = [
             "payment_method_id": _PAYMENT,
         },
     ),
-    fn_schema(
+    function_schema(
         "find_user_id_by_name_zip",
         "Find a user id by first name, last name and zip code. Look up by email first; use "
         "this only when the user is not found by email or does not remember it.",
@@ -370,30 +369,32 @@ SCHEMAS: list[dict[str, Any]] = [
             "zip": string("Zip code, such as '12345'."),
         },
     ),
-    fn_schema(
+    function_schema(
         "find_user_id_by_email",
         "Find a user id by email.",
         {"email": string("The email, such as 'something@example.com'.")},
     ),
-    fn_schema("get_order_details", "Get the status and details of an order.", {"order_id": _ORDER_ID}),
-    fn_schema(
+    function_schema("get_order_details", "Get the status and details of an order.", {"order_id": _ORDER_ID}),
+    function_schema(
         "get_product_details",
         "Get the inventory details of a product (all its items).",
         {"product_id": string("The product id, such as '6086499569' (not an item id).")},
     ),
-    fn_schema(
+    function_schema(
         "get_item_details",
         "Get the inventory details of one item.",
         {"item_id": string("The item id, such as '6086499569' (not a product id).")},
     ),
-    fn_schema("get_user_details", "Get a user's details, including their orders.", {"user_id": _USER_ID}),
-    fn_schema("list_all_product_types", "List the name and product id of every product type (the store has 50).", {}),
-    fn_schema(
+    function_schema("get_user_details", "Get a user's details, including their orders.", {"user_id": _USER_ID}),
+    function_schema(
+        "list_all_product_types", "List the name and product id of every product type (the store has 50).", {}
+    ),
+    function_schema(
         "modify_pending_order_address",
         "Change the shipping address of a pending order. Returns the order." + _CONFIRM,
         {"order_id": _ORDER_ID, **_ADDRESS},
     ),
-    fn_schema(
+    function_schema(
         "modify_pending_order_items",
         "Change items of a pending order to other items of the same products. Can be called "
         "only once per pending order. Returns the order." + _CONFIRM,
@@ -404,17 +405,17 @@ SCHEMAS: list[dict[str, Any]] = [
             "payment_method_id": _PAYMENT,
         },
     ),
-    fn_schema(
+    function_schema(
         "modify_pending_order_payment",
         "Change the payment method of a pending order. Returns the order." + _CONFIRM,
         {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT},
     ),
-    fn_schema(
+    function_schema(
         "modify_user_address",
         "Change a user's default address. Returns the user." + _CONFIRM,
         {"user_id": _USER_ID, **_ADDRESS},
     ),
-    fn_schema(
+    function_schema(
         "return_delivered_order_items",
         "Request a return of items of a delivered order; the status becomes 'return "
         "requested' and the user gets an email on how to send them. Returns the order." + _CONFIRM,

@@ -1,9 +1,11 @@
-"""What tau2's tools share: how a call runs and what the agent reads back, schema building, the two generic tools.
+"""What tau2's tools share: parameter shorthands, argument coercions, and the two generic tools.
 
-A tool is `fn(db, **kwargs)`. It mutates `db` for writes and raises (any exception, as in tau2) to refuse;
-the agent then reads `Error: <message>`. A returned str is shown as is, a number as its text, anything else
-as JSON, the way tau2's environment turns tool results into tool messages.
+A tool is `fn(db, **kwargs)` (run by `art_core.envs.tool_use.tools.run_tool`, whose defaults are tau2's rules).
+It mutates `db` for writes and raises (any exception, as in tau2) to refuse; the agent then reads
+`Error: <message>`. A returned str is shown as is, a number as its text, anything else as JSON, the way
+tau2's environment turns tool results into tool messages.
 
+    >>> from art_core.envs.tool_use.tools import run_tool
     >>> run_tool({"calculate": calculate}, {}, "calculate", {"expression": "2 * (3 + 4)"})
     ('14.0', False)
     >>> run_tool({"calculate": calculate}, {}, "calculate", {"expression": "__import__('os')"})
@@ -13,11 +15,10 @@ as JSON, the way tau2's environment turns tool results into tool messages.
 from __future__ import annotations
 
 import ast
-import json
 import operator
-from typing import Any, Callable
+from typing import Any
 
-ToolFn = Callable[..., Any]
+from art_core.envs.tool_use.tools import function_schema
 
 # tau2's calculate accepts digits, + - * /, parentheses, dots and spaces, and rounds to 2 places
 _CALC_CHARS = set("0123456789+-*/(). ")
@@ -29,49 +30,6 @@ _BINARY = {
     ast.FloorDiv: operator.floordiv,
 }
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-
-
-def run_tool(tools: dict[str, ToolFn], db: dict[str, Any], name: str, kwargs: dict[str, Any]) -> tuple[str, bool]:
-    """Run one call; returns (what the agent reads, whether it was an error)."""
-    fn = tools.get(name)
-    if fn is None:
-        return f"Error: Tool '{name}' not found.", True
-    try:
-        result = fn(db, **kwargs)
-    except Exception as e:  # tau2 turns every exception of a tool call into an error message
-        return f"Error: {e}", True
-    return to_text(result), False
-
-
-def to_text(result: Any) -> str:
-    """A tool result as the agent reads it (str as is, numbers as text, the rest as JSON)."""
-    if isinstance(result, str):
-        return result
-    if isinstance(result, (bool, int, float)):
-        return str(result)
-    return json.dumps(result, default=str)
-
-
-def fn_schema(
-    name: str, description: str, params: dict[str, dict[str, Any]], required: list[str] | None = None
-) -> dict[str, Any]:
-    """An OpenAI function schema; every parameter is required unless `required` says otherwise.
-
-    >>> fn_schema("f", "Does f.", {"x": {"type": "string"}})["function"]["parameters"]["required"]
-    ['x']
-    """
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": params,
-                "required": list(params) if required is None else required,
-            },
-        },
-    }
 
 
 def string(description: str, **extra: Any) -> dict[str, Any]:
@@ -115,7 +73,7 @@ def transfer_to_human_agents(db: dict[str, Any], summary: str) -> str:
     return "Transfer successful"
 
 
-CALCULATE_SCHEMA = fn_schema(
+CALCULATE_SCHEMA = function_schema(
     "calculate",
     "Compute an arithmetic expression and return the result rounded to two decimals.",
     {
@@ -124,7 +82,7 @@ CALCULATE_SCHEMA = fn_schema(
         )
     },
 )
-TRANSFER_SCHEMA = fn_schema(
+TRANSFER_SCHEMA = function_schema(
     "transfer_to_human_agents",
     "Transfer the customer to a human agent with a summary of their issue. Transfer only when the customer "
     "explicitly asks for a human, or when the policy and the available tools cannot solve their issue.",

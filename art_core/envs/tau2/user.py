@@ -8,7 +8,7 @@ conversation with roles flipped (the agent's messages as "user"), and never sees
 
     >>> user = Tau2User(task, LLMUserSettings(model="openai/gpt-4.1-2025-04-14"))
     >>> first = await user.reply(GREETING)          # the customer's opening message
-    >>> is_stop(first)
+    >>> any(s in first for s in STOP_SIGNALS)
     False
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from art_core.envs.tau.users import LLMUserSettings, customer_turn
+from art_core.envs.customer_service.users import STOP, LLMUserSettings, customer_turn
 from art_core.envs.tau2.data import render_scenario
 
-STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+TRANSFER, OUT_OF_SCOPE = "###TRANSFER###", "###OUT-OF-SCOPE###"  # STOP is the customer simulators' own
 STOP_SIGNALS = (STOP, TRANSFER, OUT_OF_SCOPE)
 GREETING = "Hi! How can I help you today?"  # the agent's first turn in every tau2 conversation
 
@@ -48,11 +48,6 @@ def default_user_settings() -> LLMUserSettings:
     return LLMUserSettings(
         model=os.environ.get("USER_SIM_MODEL", "openai/gpt-4.1-2025-04-14"), temperature=0.0, max_tokens=1024
     )
-
-
-def is_stop(text: str) -> bool:
-    """True when the customer's message carries any of tau2's three stop signals."""
-    return any(s in text for s in STOP_SIGNALS)
 
 
 def system_prompt(task: dict[str, Any]) -> str:

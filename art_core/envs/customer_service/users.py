@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, SecretStr
 
-from art_core.envs.tau.domain import Action, Task
+from art_core.envs.customer_service.domain import Action, Task
 
 STOP = "###STOP###"
 

@@ -5,8 +5,8 @@
     >>> trajectory = await env.rollout(client, "my-model@3", scenario, temperature=1.0, max_tokens=256)
     >>> trajectory.reward, trajectory.metrics["r_actions"], trajectory.metadata["task_id"]
 
-One episode: the system prompt is the domain's policy; the customer speaks first; then each turn the
-agent model is called with the tools. Its tool calls run against the episode's own copy of the
+One episode (played by `art_core.envs.tool_use.episode.run_episode`): the system prompt is the domain's
+policy; the customer speaks first; then each turn the agent model is called with the tools. Its tool calls run against the episode's own copy of the
 database (results come back as `tool` messages; bad calls come back as error text), and a plain
 reply goes to the customer. It ends when the customer writes STOP, the agent calls a terminal tool
 (a transfer to a human), or after `max_turns` agent turns. Each agent turn is kept as the returned
@@ -29,21 +29,17 @@ test model: pass max_tokens=256 or more.
 from __future__ import annotations
 
 import copy
-import json
-import re
 from functools import cached_property
 from typing import Any, Literal
 
-from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
-from art_core.envs.tau.domain import Database, Domain, Task, call_tool, reward
-from art_core.envs.tau.forced_calls import tool_call_regex
-from art_core.envs.tau.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
+from art_core.envs.customer_service.domain import Database, Domain, Task, reward
+from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
+from art_core.envs.tool_use.episode import Rules, run_episode
+from art_core.envs.tool_use.forced_calls import tool_call_regex
 from art_core.trajectories import Trajectory
-
-_CALL_IN_TEXT = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 class CustomerServiceOptions(BaseModel):
@@ -109,63 +105,24 @@ class CustomerServiceEnv(Environment):
             tools=tools,
             metadata={"env": self.name, "task_id": task.id, "split": scenario.split, "seed": self.options.seed},
         )
-        said: list[str] = []
-        counts = {"tool_calls": 0, "tool_errors": 0, "writes": 0}
-        stop_reason = "max_turns"
-        turns = 0
-        while turns < self.options.max_turns and stop_reason == "max_turns":
-            turns += 1
-            completion = await client.chat.completions.create(
-                model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=extra_body, **sampling
-            )
-            choice: Choice = completion.choices[0]
-            traj.messages_and_choices.append(choice)
-            calls = _tool_calls(choice, turns)
-            if calls:
-                for call_id, name, arguments in calls:
-                    result = self._run_tool(db, name, arguments)
-                    counts["tool_calls"] += 1
-                    counts["tool_errors"] += result.startswith("Error:")
-                    counts["writes"] += name in self.domain.write_tools and not result.startswith("Error:")
-                    traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": result})
-                    if name in self.domain.terminal_tools:
-                        stop_reason = "terminal_tool"
-                        break
-                continue
-            text = choice.message.content or ""
-            said.append(text)
-            answer = await user.reply(text)
-            traj.messages_and_choices.append({"role": "user", "content": answer})
-            if STOP in answer:
-                stop_reason = "user_stop"
-        scores = reward(self.domain, self.db, db, task, said)
+
+        async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
+            return self.domain.run(db, name, arguments)
+
+        rules = Rules(
+            stop_signals=(STOP,),
+            max_turns=self.options.max_turns,
+            stop_at_length=False,  # a reply cut by max_tokens still goes to the customer (forced calls are bounded)
+            terminal_tools=self.domain.terminal_tools,
+            write_tools=self.domain.write_tools,
+        )
+        episode = await run_episode(
+            client, model, traj, sampling, extra_body, call_tool=call_tool, customer=user.reply, rules=rules
+        )
+        scores = reward(self.domain, self.db, db, task, episode.said)
         traj.reward = scores["reward"]
-        traj.metrics.update(scores, turns=turns, truncated=stop_reason == "max_turns", **counts)
-        traj.metadata["stop_reason"] = stop_reason
+        traj.metrics.update(
+            scores, turns=episode.turns, truncated=episode.stop_reason == "max_turns", **episode.counts()
+        )
+        traj.metadata["stop_reason"] = episode.stop_reason
         return traj.finish()
-
-    def _run_tool(self, db: Database, name: str, arguments: str) -> str:
-        try:
-            kwargs = json.loads(arguments or "{}")
-        except json.JSONDecodeError as e:
-            return f"Error: the arguments of {name} are not valid JSON ({e}); send a JSON object"
-        if not isinstance(kwargs, dict):
-            return f"Error: the arguments of {name} must be a JSON object, got {type(kwargs).__name__}"
-        return call_tool(self.domain, db, name, kwargs)
-
-
-def _tool_calls(choice: Choice, turn: int) -> list[tuple[str, str, str]]:
-    """(id, name, JSON arguments) of each call: the server's parsed `tool_calls`, else Hermes-style
-    `<tool_call>{...}</tool_call>` blocks in the content (a server started without a tool parser)."""
-    msg = choice.message
-    if msg.tool_calls:
-        return [(tc.id, tc.function.name, tc.function.arguments) for tc in msg.tool_calls]
-    out = []
-    for k, block in enumerate(_CALL_IN_TEXT.findall(msg.content or "")):
-        try:
-            call = json.loads(block)
-            name, arguments = call["name"], json.dumps(call.get("arguments", {}))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            name, arguments = "<unparseable tool call>", block  # comes back to the agent as an error
-        out.append((f"call_{turn}_{k}", str(name), arguments))
-    return out

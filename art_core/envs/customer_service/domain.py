@@ -15,12 +15,9 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from art_core.envs.tool_use.tools import ToolError, ToolFn, run_tool
+
 Database = dict[str, Any]
-ToolFn = Callable[..., Any]  # fn(db, **kwargs) -> JSON-able result; mutates db for writes
-
-
-class ToolError(Exception):
-    """A tool refused its arguments or the state of the database; the message goes back to the agent."""
 
 
 class Action(BaseModel):
@@ -57,6 +54,20 @@ class Domain:
     write_tools: frozenset[str] = field(default_factory=frozenset)  # tools that change the database
     terminal_tools: frozenset[str] = field(default_factory=lambda: frozenset({"transfer_to_human_agents"}))
 
+    def run(self, db: Database, name: str, arguments: str | dict[str, Any]) -> tuple[str, bool]:
+        """Run one agent call on `db`: (what the agent reads, whether it was an error). Only a `ToolError` is a
+        refusal; keywords the tool does not take read as `Error: bad arguments ...`, any other exception is a
+        bug in the domain and propagates."""
+        return run_tool(
+            self.tools,
+            db,
+            name,
+            arguments,
+            refuse=(ToolError,),
+            unknown="unknown tool {name!r}; available tools: {tools}",
+            sort_keys=True,
+        )
+
 
 def hash_db(db: Database) -> str:
     """SHA-256 of a canonical JSON form (sorted keys): equal databases hash equal."""
@@ -65,16 +76,7 @@ def hash_db(db: Database) -> str:
 
 def call_tool(domain: Domain, db: Database, name: str, kwargs: dict[str, Any]) -> str:
     """Run one tool and return what the agent sees; bad names or arguments come back as an error text."""
-    fn = domain.tools.get(name)
-    if fn is None:
-        return f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(domain.tools))}"
-    try:
-        result = fn(db, **kwargs)
-    except ToolError as e:
-        return f"Error: {e}"
-    except TypeError as e:  # wrong or missing keyword arguments
-        return f"Error: bad arguments for {name}: {e}"
-    return result if isinstance(result, str) else json.dumps(result, sort_keys=True)
+    return domain.run(db, name, kwargs)[0]
 
 
 def replay(domain: Domain, db: Database, actions: list[Action]) -> Database:

@@ -70,8 +70,10 @@ def object_regex(schema: dict[str, Any], max_str: int = 16, max_items: int = 2) 
     return "\\{" + ", ".join(fields) + "\\}"
 
 
-def tool_call_regex(tools: list[dict[str, Any]], max_str: int = 16, max_items: int = 2) -> str:
-    """The regex of one `<tool_call>` block calling any of `tools` (OpenAI function schemas)."""
+def tool_call_regex(tools: list[dict[str, Any]], max_str: int = 16, max_items: int = 2, message_chars: int = 0) -> str:
+    """The regex of one `<tool_call>` block calling any of `tools` (OpenAI function schemas); with `message_chars`,
+    a plain message of up to that many letters and simple punctuation is admitted too (an episode whose customer
+    must be answered)."""
     if not tools:
         raise ValueError("force_tool_calls needs at least one tool")
     calls = []
@@ -79,4 +81,5 @@ def tool_call_regex(tools: list[dict[str, Any]], max_str: int = 16, max_items: i
         fn = tool["function"]
         args = object_regex(fn.get("parameters") or {"type": "object", "properties": {}}, max_str, max_items)
         calls.append(escape('{"name": ' + json.dumps(fn["name"]) + ', "arguments": ') + args + "\\}")
-    return "<tool_call>\\n(" + "|".join(calls) + ")\\n</tool_call>"
+    regex = "<tool_call>\\n(" + "|".join(calls) + ")\\n</tool_call>"
+    return f"({regex})|([A-Za-z][A-Za-z ,.?!]{{0,{message_chars - 1}}})" if message_chars else regex

@@ -1,4 +1,4 @@
-"""The generic customer-service episode, the scripted and LLM users, and forced tool calls.
+"""The customer-service environment over a generated domain, the scripted and LLM users, and forced tool calls.
 
 Loop tests talk to `fake_chat_server` (tests/envs/conftest.py), a scripted OpenAI-compatible peer on
 127.0.0.1; the tests marked `vllm` run the same loop against the tiny model served by vLLM.
@@ -16,10 +16,10 @@ from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
 from art_core.envs.retail import RETAIL
-from art_core.envs.tau.domain import Action, Task
-from art_core.envs.tau.episode import CustomerServiceEnv
-from art_core.envs.tau.forced_calls import tool_call_regex
-from art_core.envs.tau.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, action_verb
+from art_core.envs.customer_service.domain import Action, Task
+from art_core.envs.customer_service.env import CustomerServiceEnv
+from art_core.envs.tool_use.forced_calls import tool_call_regex
+from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, action_verb
 from art_core.trajectories import Trajectory
 
 

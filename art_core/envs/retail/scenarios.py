@@ -1,4 +1,5 @@
-"""Retail tasks generated from the database and a seed: one customer, one or two requests, gold writes.
+"""Retail customer scenarios (a `Task` each) generated from the database and a seed: one customer, one or two
+requests, gold writes.
 
 Each request type is a small function that picks an order (or none) that fits it and returns the
 customer's goal, what they know, the gold write actions and the outputs the agent must state. Gold
@@ -22,7 +23,7 @@ from typing import Any, Callable
 
 from art_core.envs.retail import tools as T
 from art_core.envs.retail.db import CANCEL_REASONS, _address
-from art_core.envs.tau.domain import Action, Task
+from art_core.envs.customer_service.domain import Action, Task
 
 Database = dict[str, Any]
 BAD_REASONS = (

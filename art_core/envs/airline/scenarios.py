@@ -1,4 +1,5 @@
-"""Airline tasks generated from the database and a seed: what each customer wants and what must happen.
+"""Airline customer scenarios (a `Task` each) generated from the database and a seed: what each customer wants
+and what must happen.
 
 Each kind of task picks a customer and a situation, writes the customer's private instruction, and
 gets the gold actions by running the write tools on a scratch copy of the database (a task whose
@@ -19,7 +20,8 @@ from typing import Any, Callable
 
 from art_core.envs.airline import tools
 from art_core.envs.airline.db import AIRPORTS, CABINS, INSURANCE_PRICE, MONTH, TODAY, BAG_PRICE, Database, free_bags
-from art_core.envs.tau.domain import Action, Task, ToolError
+from art_core.envs.customer_service.domain import Action, Task
+from art_core.envs.tool_use.tools import ToolError
 
 SPLIT_SIZES = {"train": 520, "val": 100, "test": 100}
 PERSONAS = [
