@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 STAMP := $(VENV)/.installed$(if $(HAS_CUDA),-cuda,-cpu)
 PYTEST_ARGS ?=
-EXTRAS := train,pipeline,dev,tau2,scale
+EXTRAS := train,pipeline,dev,tau2,scale,langgraph
 comma := ,
 
 # uv installs (in parallel, ~15x faster than pip here); it comes from the registry into .venv itself.

@@ -14,7 +14,10 @@ Inside `trajectory(coroutine)` every chat completion made with an `openai` clien
 returned Choice, with the sampled token ids and logprobs our server returns, is what trains. A later
 request that extends the conversation continues it; one that starts another conversation (a sub-agent)
 becomes an additional history of the same trajectory. Calls made under `with no_capture():` are not
-recorded (a judge, a summariser). Streaming requests are not captured (a warning says so).
+recorded (a judge, a summariser). A streamed call (`stream=True`) is recorded once its stream has been read
+to the end, its chunks folded into the Choice the same call returns without streaming (text, tool calls,
+and every sampled token's id and logprob). `with_raw_response` calls (LangChain's) and `parse` (structured
+outputs) are recorded too.
 
 `auto_trajectory`/`capture_auto_trajectory` are ART's older names (deprecated there too);
 `yield_trajectory`/`capture_yielded_trajectory` hand back a trajectory built by hand from deep inside a call.
@@ -28,17 +31,19 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import json
 import logging
 import warnings
-from typing import Any, Coroutine, Iterator
+from typing import Any, AsyncIterator, Container, Coroutine, Iterator
 
-from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
 
 from art_core.trajectories import History, Trajectory, choice_to_message
 
 log = logging.getLogger(__name__)
 
-_active: contextvars.ContextVar[tuple[Trajectory, ...]] = contextvars.ContextVar("art_core_captures", default=())
+_active: contextvars.ContextVar[tuple[_TrajectoryScope, ...]] = contextvars.ContextVar("art_core_captures", default=())
 _paused: contextvars.ContextVar[bool] = contextvars.ContextVar("art_core_no_capture", default=False)
 _yielded: contextvars.ContextVar[list[Trajectory | None] | None] = contextvars.ContextVar(
     "art_core_yielded", default=None
@@ -59,13 +64,24 @@ def _key(message: Any) -> tuple:
     """What makes two messages the same turn: role, text, and tool calls (ids or names with arguments)."""
     m = choice_to_message(message) if isinstance(message, Choice) else _as_dict(message)
     calls = tuple(
-        (c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+        (c.get("id"), (c.get("function") or {}).get("name"), _same_json((c.get("function") or {}).get("arguments")))
         for c in (m.get("tool_calls") or [])
     )
     content = m.get("content")
     if isinstance(content, list):  # content parts: keep their text
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return m.get("role"), content or "", calls
+
+
+def _same_json(arguments: Any) -> Any:
+    """Tool-call arguments compared as JSON: a client that parses them and sends them back re-serialized
+    (LangChain writes `{"a": 1}` for the model's `{"a":1}`) still continues the same conversation."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments
 
 
 def record_exchange(trajectory: Trajectory, messages: list[Any], choice: Choice, tools: list | None = None) -> None:
@@ -97,55 +113,163 @@ def record_exchange(trajectory: Trajectory, messages: list[Any], choice: Choice,
         trajectory.additional_histories.append(History(messages_and_choices=new, tools=tools))
 
 
-def _capture(kwargs: dict[str, Any], completion: Any) -> None:
+def _target(client: Any) -> Trajectory | None:
+    """The trajectory a call made here and now by `client` lands in (None: no capture, under no_capture, or
+    a client the innermost capture does not record)."""
     current = _active.get()
     if not current or _paused.get():
-        return
-    choices = getattr(completion, "choices", None)
-    if not choices:
-        return
-    if len(choices) > 1:  # n > 1: one trajectory holds one reply per turn, as in ART
-        log.warning("capture: a request asked for %d choices; the first is recorded", len(choices))
-    record_exchange(current[-1], list(kwargs.get("messages") or []), choices[0], kwargs.get("tools"))
+        return None
+    scope = current[-1]
+    if scope.only_clients is not None and client not in scope.only_clients:
+        return None
+    return scope.trajectory
+
+
+def _record(target: Trajectory, kwargs: dict[str, Any], choice: Any, n: int = 1) -> None:
+    if n > 1:  # one trajectory holds one reply per turn, as in ART
+        log.warning("capture: a request asked for %d choices; the first is recorded", n)
+    if type(choice) is not Choice:  # parse()'s ParsedChoice: keep the plain Choice it extends
+        data = choice.model_dump()
+        data["message"].pop("parsed", None)
+        for call in data["message"].get("tool_calls") or []:
+            call.get("function", {}).pop("parsed_arguments", None)
+        choice = Choice.model_validate(data)
+    record_exchange(target, list(kwargs.get("messages") or []), choice, kwargs.get("tools"))
+
+
+class _StreamedReply:
+    """The chunks of one streamed reply, folded into the Choice the same call returns without stream=True:
+    the text, the tool calls (their argument pieces joined by index) and every sampled token's logprob
+    (with our server, its id as `token_id:N`). Recorded when the stream ends; one closed early is not."""
+
+    def __init__(self, target: Trajectory, kwargs: dict[str, Any]) -> None:
+        self.target, self.kwargs = target, kwargs
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.tokens: list[Any] = []
+        self.finish_reason: str | None = None
+        self.completion_tokens: int | None = None
+        self.choices = 1
+        self.has_logprobs = False
+
+    def add(self, chunk: Any) -> None:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None and usage.completion_tokens is not None:
+            self.completion_tokens = usage.completion_tokens
+        for choice in getattr(chunk, "choices", None) or []:
+            if choice.index != 0:  # n > 1: the first reply is recorded, as without streaming
+                self.choices = max(self.choices, choice.index + 1)
+                continue
+            delta = choice.delta
+            if delta is not None and delta.content:
+                self.text.append(delta.content)
+            for call in (delta.tool_calls if delta is not None else None) or []:
+                slot = self.calls.setdefault(
+                    call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                slot["id"] = call.id or slot["id"]
+                if call.function is not None:
+                    slot["function"]["name"] = call.function.name or slot["function"]["name"]
+                    slot["function"]["arguments"] += call.function.arguments or ""
+            if choice.logprobs is not None:
+                self.has_logprobs = True
+                self.tokens.extend(choice.logprobs.content or [])
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+
+    def choice(self) -> Choice:
+        calls = [self.calls[i] for i in sorted(self.calls)]
+        message = ChatCompletionMessage(role="assistant", content="".join(self.text) or None, tool_calls=calls or None)
+        logprobs = ChoiceLogprobs(content=self.tokens) if self.has_logprobs else None
+        # Constructed as the SDK builds a returned Choice: a server's own finish reason ("abort") is kept.
+        return Choice.model_construct(index=0, message=message, finish_reason=self.finish_reason, logprobs=logprobs)
+
+    def end(self) -> None:
+        if self.finish_reason is None:  # the reader stopped early: what it saw is not a whole reply
+            log.warning("capture: a streamed chat completion was closed before its end and is not recorded")
+            return
+        counted = self.completion_tokens if self.choices == 1 else None  # usage counts every choice's tokens
+        if self.has_logprobs and counted is not None and counted != len(self.tokens):
+            raise RuntimeError(
+                f"capture: the streamed reply carried the logprobs of {len(self.tokens)} sampled tokens but the "
+                f"server counted {counted}, so it cannot be trained on; call without stream=True "
+                "inside a captured rollout, or serve without a reasoning parser that hides streamed logprobs"
+            )
+        _record(self.target, self.kwargs, self.choice(), self.choices)
+
+
+async def _fold_async(chunks: AsyncIterator[Any], reply: _StreamedReply) -> AsyncIterator[Any]:
+    try:
+        async for chunk in chunks:
+            reply.add(chunk)
+            yield chunk
+    finally:
+        reply.end()
+
+
+def _fold_sync(chunks: Iterator[Any], reply: _StreamedReply) -> Iterator[Any]:
+    try:
+        for chunk in chunks:
+            reply.add(chunk)
+            yield chunk
+    finally:
+        reply.end()
+
+
+def _after(target: Trajectory | None, kwargs: dict[str, Any], returned: Any) -> Any:
+    """Record what a call returned into `target` (chosen when the call was made); hand `returned` back."""
+    from openai import AsyncStream, Stream
+    from openai._legacy_response import LegacyAPIResponse
+
+    if target is None:
+        return returned
+    # with_raw_response (how LangChain calls): parse() caches its result, so the caller's own parse()
+    # later gets the very object recorded here.
+    completion = returned.parse() if isinstance(returned, LegacyAPIResponse) else returned
+    if isinstance(completion, AsyncStream):
+        completion._iterator = _fold_async(completion._iterator, _StreamedReply(target, kwargs))
+    elif isinstance(completion, Stream):
+        completion._iterator = _fold_sync(completion._iterator, _StreamedReply(target, kwargs))
+    elif getattr(completion, "choices", None):
+        _record(target, kwargs, completion.choices[0], len(completion.choices))
+    elif not hasattr(completion, "choices"):  # with_streaming_response: the body is the caller's to read
+        warnings.warn(
+            f"art_core capture: a chat completion returned as {type(completion).__name__} is not recorded; call "
+            "create() or with_raw_response.create() inside a captured rollout",
+            UserWarning,
+            stacklevel=3,
+        )
+    return returned
 
 
 def install() -> None:
-    """Wrap openai's chat-completions `create` (async and sync) so active captures see each call; once."""
+    """Wrap openai's chat-completions `create` and `parse` (async and sync) so active captures see each call;
+    once. The trajectory a call lands in is chosen when it is made, so a stream read elsewhere lands right."""
     global _installed
     if _installed:
         return
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    original_async, original_sync = AsyncCompletions.create, Completions.create
+    def wrap_async(original: Any) -> Any:
+        @functools.wraps(original)
+        async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            target = _target(self._client)
+            return _after(target, kwargs, await original(self, *args, **kwargs))
 
-    @functools.wraps(original_async)
-    async def create_async(self: Any, *args: Any, **kwargs: Any) -> Any:
-        completion = await original_async(self, *args, **kwargs)
-        _after(kwargs, completion)
-        return completion
+        return call
 
-    @functools.wraps(original_sync)
-    def create_sync(self: Any, *args: Any, **kwargs: Any) -> Any:
-        completion = original_sync(self, *args, **kwargs)
-        _after(kwargs, completion)
-        return completion
+    def wrap_sync(original: Any) -> Any:
+        @functools.wraps(original)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            target = _target(self._client)
+            return _after(target, kwargs, original(self, *args, **kwargs))
 
-    AsyncCompletions.create, Completions.create = create_async, create_sync  # type: ignore[method-assign]
+        return call
+
+    for name in ("create", "parse"):
+        setattr(AsyncCompletions, name, wrap_async(getattr(AsyncCompletions, name)))
+        setattr(Completions, name, wrap_sync(getattr(Completions, name)))
     _installed = True
-
-
-def _after(kwargs: dict[str, Any], completion: Any) -> None:
-    if not _active.get() or _paused.get():
-        return
-    if kwargs.get("stream"):
-        warnings.warn(
-            "art_core capture: streamed chat completions are not recorded; call without stream=True "
-            "inside a captured rollout",
-            UserWarning,
-            stacklevel=3,
-        )
-        return
-    _capture(kwargs, completion)
 
 
 # ---- ART's names -----------------------------------------------------------------------------------
@@ -153,7 +277,7 @@ def current_trajectory(required: bool = False, *, require: bool | None = None) -
     """The trajectory being captured in this context (None outside one; `required=True` raises instead)."""
     current = _active.get()
     if current:
-        return current[-1]
+        return current[-1].trajectory
     if required or require:
         raise RuntimeError("no trajectory is being captured here: call this inside `await art.trajectory(rollout())`")
     return None
@@ -162,8 +286,9 @@ def current_trajectory(required: bool = False, *, require: bool | None = None) -
 class _TrajectoryScope:
     """`await trajectory(coro)` captures a coroutine; `with trajectory() as t:` captures a block."""
 
-    def __init__(self, coroutine: Coroutine[Any, Any, Any] | None) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, Any] | None, only_clients: Container[Any] | None) -> None:
         self.coroutine, self.trajectory, self._token = coroutine, Trajectory(), None
+        self.only_clients = only_clients
 
     def __await__(self) -> Any:
         return self._run().__await__()
@@ -177,7 +302,7 @@ class _TrajectoryScope:
 
     def __enter__(self) -> Trajectory:
         install()
-        self._token = _active.set((*_active.get(), self.trajectory))
+        self._token = _active.set((*_active.get(), self))
         return self.trajectory
 
     def __exit__(self, *exc: Any) -> None:
@@ -185,11 +310,14 @@ class _TrajectoryScope:
         self.trajectory.finish()
 
 
-def trajectory(coroutine: Coroutine[Any, Any, Any] | None = None) -> Any:
-    """Capture the chat completions of `coroutine` (awaited) or of a `with` block into a new Trajectory."""
+def trajectory(coroutine: Coroutine[Any, Any, Any] | None = None, *, only_clients: Container[Any] | None = None) -> Any:
+    """Capture the chat completions of `coroutine` (awaited) or of a `with` block into a new Trajectory.
+
+    `only_clients` (ours, not ART's): record only calls made through these `openai` clients (a set that may
+    grow during the rollout); art_core.langgraph records its chat models' calls this way, as ART does."""
     if coroutine is not None and not inspect.iscoroutine(coroutine):
         raise TypeError(f"art.trajectory takes a rollout's coroutine (rollout(...)), not a {type(coroutine).__name__}")
-    return _TrajectoryScope(coroutine)
+    return _TrajectoryScope(coroutine, only_clients)
 
 
 @contextlib.contextmanager

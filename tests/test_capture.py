@@ -3,6 +3,8 @@ only makes OpenAI calls trains through LocalBackend, with no Trajectory built by
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import art_core as art
@@ -80,3 +82,108 @@ async def test_capture_names_outside_and_yielded():
         assert (await art.capture_auto_trajectory(sets_reward())).reward == 2.0
     with pytest.raises(TypeError, match="coroutine"):
         art.trajectory(sets_reward)
+
+
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
+    },
+}
+# The tiny random model is held to one lookup call (vLLM structured outputs; the server's hermes parser reads
+# the call back, streamed as tool-call deltas).
+FORCED_CALL = '<tool_call>\\n\\{"name": "lookup", "arguments": \\{"word": "(ab|abc)"\\}\\}\\n</tool_call>'
+
+
+@pytest.mark.vllm
+async def test_streamed_calls_are_recorded_ready_to_train(vllm_endpoint, tiny_model_path):
+    """stream=True inside a captured rollout: the chunks the caller reads fold into the Choice the call would
+    have returned unstreamed (text, tool calls, every sampled token id and logprob), async and sync clients."""
+    from openai import AsyncOpenAI, OpenAI
+    from transformers import AutoTokenizer
+
+    from art_core.training.tokenize import tokenize_histories
+
+    base, key, name = vllm_endpoint.base_url, vllm_endpoint.api_key, vllm_endpoint.model
+    client, sync_client = AsyncOpenAI(base_url=base, api_key=key), OpenAI(base_url=base, api_key=key)
+    messages = [{"role": "user", "content": "Look up ab."}]
+    with art.trajectory() as t:
+        stream = await client.chat.completions.create(
+            model=name,
+            messages=messages,
+            tools=[LOOKUP],
+            max_tokens=48,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"structured_outputs": {"regex": FORCED_CALL}},
+        )
+        chunks = [chunk async for chunk in stream]
+        first = t.messages_and_choices[-1]
+        [call] = first.message.tool_calls
+        # The caller continues as LangChain does: arguments parsed and sent back re-serialized.
+        function = {"name": "lookup", "arguments": json.dumps(json.loads(call.function.arguments), indent=1)}
+        messages += [
+            {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function", "function": function}]},
+            {"role": "tool", "tool_call_id": call.id, "content": "a short word"},
+        ]
+        with sync_client.chat.completions.create(
+            model=name, messages=messages, tools=[LOOKUP], max_tokens=6, stream=True
+        ) as second:
+            text = "".join(c.choices[0].delta.content or "" for c in second if c.choices)
+        early = await client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Go on."}], max_tokens=30, stream=True
+        )
+        async for _ in early:
+            break  # closed before its end: what the reader saw is not a whole reply
+        await early.close()
+
+    assert [m["role"] if isinstance(m, dict) else "choice" for m in t.messages_and_choices] == [
+        "user",
+        "choice",
+        "tool",
+        "choice",
+    ]
+    assert t.additional_histories == []  # neither the re-serialized call nor the early-closed stream split it
+    assert call.function.name == "lookup" and json.loads(call.function.arguments)["word"] in ("ab", "abc")
+    assert first.finish_reason == "tool_calls" and t.tools == [LOOKUP]
+    usage = [c.usage for c in chunks if c.usage is not None][-1]
+    assert len(first.logprobs.content) == usage.completion_tokens
+    assert all(tok.token.startswith("token_id:") for tok in first.logprobs.content)
+    assert (t.messages_and_choices[3].message.content or "") == text
+    [seq] = tokenize_histories(t, AutoTokenizer.from_pretrained(tiny_model_path))
+    assert seq.num_trainable == usage.completion_tokens + len(t.messages_and_choices[3].logprobs.content)
+
+
+async def test_a_stream_missing_sampled_tokens_is_refused():
+    """A server that streams fewer logprobs than it sampled (vLLM hides them behind a reasoning parser with
+    include_reasoning off) cannot be trained on: the capture says so instead of recording a partial reply."""
+    import httpx
+    from openai import AsyncOpenAI
+
+    def sse(request: httpx.Request) -> httpx.Response:
+        def chunk(choices, usage=None):
+            body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": choices}
+            return "data: " + json.dumps({**body, "usage": usage}) + "\n\n"
+
+        token = {"token": "token_id:7", "logprob": -0.5, "bytes": None, "top_logprobs": []}
+        events = [
+            chunk([{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "logprobs": {"content": [token]}}]),
+            chunk([{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": {"content": []}}]),
+            chunk([], {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}),
+        ]
+        return httpx.Response(
+            200, text="".join(events) + "data: [DONE]\n\n", headers={"content-type": "text/event-stream"}
+        )
+
+    client = AsyncOpenAI(
+        base_url="http://server/v1", api_key="x", http_client=httpx.AsyncClient(transport=httpx.MockTransport(sse))
+    )
+    with art.trajectory() as t:
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        with pytest.raises(RuntimeError, match="call without stream=True"):
+            [c async for c in stream]
+    assert t.messages_and_choices == []
