@@ -129,11 +129,11 @@ def evaluate_step(
 
     `endpoint(rank)` gives the server to sample from, able to serve adapters of LoRA rank `rank`.
     """
-    from art_core.serving import adapter_rank, serve_step
+    from art_core.serving import adapter_rank, load_checkpoint
 
     store = ref.store()
     ep = endpoint(adapter_rank(store, step))
-    served = serve_step(ep, store, ref.base_model, step)
+    served = load_checkpoint(ep, store, ref.base_model, step)
     report, groups = (run or asyncio.run)(
         evaluate_model(
             rollout.load_environment(),

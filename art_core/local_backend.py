@@ -30,7 +30,7 @@ from art_core.inference.server import ServerConfig, ServerError, VLLMServer
 from art_core.model import Model, TrainableModel
 from art_core.serving import ServerPool, adapter_rank, local_adapter, step_name
 from art_core.storage import Storage
-from art_core.store import same_base_model
+from art_core.store import ModelStore, same_base_model
 
 if TYPE_CHECKING:
     from art_core.training.config import TrainConfig
@@ -77,6 +77,7 @@ class LocalBackend(Backend):
             self._pool.adopt(server)
         self._adapters: dict[int, AdapterManager] = {}
         self._models: dict[tuple[str, str], TrainableModel] = {}
+        self._latest: dict[tuple[str, str], int] = {}  # (project, name) -> the step served as `name`
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -137,7 +138,7 @@ class LocalBackend(Backend):
                         f"model name {model.name!r} is already served for project {project!r} on this server; "
                         "adapters are named by model name, so pick another name"
                     )
-            store = self.storage.model(model.project, model.name)
+            store = self.model_store(model)
             record = model.model_dump(
                 mode="json", exclude={"inference_api_key", "inference_base_url", "base_model", "project", "name"}
             )
@@ -148,27 +149,47 @@ class LocalBackend(Backend):
             await self.ensure_serving()
             if step:  # a crash between checkpoint and history record: write the record back now
                 await asyncio.to_thread(store.backfill_train_record, step)
+            self._latest[key] = step  # the latest in storage, even below a step served before (storage wins)
             await self._serve(model, server, step)
             self._models[key] = model
         model.inference_base_url = server.base_url
         model.inference_api_key = server.api_key
         model.inference_model_name = model.name
-        model._step = step  # register happens before the model knows its backend, so get_step() cannot yet run
 
     async def get_step(self, model: TrainableModel) -> int:
         """The latest complete checkpoint's step in storage, 0 when there is none."""
-        latest = await asyncio.to_thread(self.storage.latest_checkpoint_step, model.project, model.name)
-        return latest or 0
+        return await asyncio.to_thread(self.model_store(model).latest_step)
+
+    def model_store(self, model: Model) -> ModelStore:
+        """`model`'s folder in this backend's storage (history, trajectories, checkpoints; `model.log` writes here)."""
+        return ModelStore(self.storage, model.project, model.storage_name)
+
+    def served_step(self, model: TrainableModel) -> int | None:
+        """The step served as `model`'s latest (`name`): set by register, train, train_sft and serve_step."""
+        return self._latest.get((model.project, model.name))
+
+    def use_server_settings(self, base_model: str, settings: dict[str, Any]) -> bool:
+        """Start `base_model`'s server with these ServerConfig fields (`extra_args` are added to the backend's);
+        False when that server already runs."""
+        if self._pool.servers(base_model):
+            return False
+        target = self._pool.overrides
+        extra = list(target.get("extra_args", [])) + list(settings.get("extra_args", []))
+        target.update({k: v for k, v in settings.items() if k != "extra_args"})
+        if extra:
+            target["extra_args"] = extra
+        return True
 
     def local_checkpoint(self, model: TrainableModel, step: int) -> str:
         """A local directory holding step `step`'s adapter (a zero adapter for step 0), copied from storage if remote."""
-        return local_adapter(
-            self.storage.model(model.project, model.name), model.base_model, step, cache=self.cache_dir
-        )
+        return local_adapter(self.model_store(model), model.base_model, step, cache=self.cache_dir)
 
     async def _serve(self, model: TrainableModel, server: VLLMServer, step: int) -> None:
         path = await asyncio.to_thread(self.local_checkpoint, model, step)
-        evicted = await self._adapter_manager(server).serve_step(model.name, step, path)
+        evicted = await self._adapter_manager(server).load_step(model.name, step, path)
+        key = (model.project, model.name)
+        if step >= self._latest.get(key, step):  # as the `name` alias: an older step evaluated leaves it
+            self._latest[key] = step
         if evicted:
             log.info(
                 "unloaded %s (keep_steps=%d)", ", ".join(step_name(model.name, s) for s in evicted), self.keep_steps
@@ -212,7 +233,7 @@ class LocalBackend(Backend):
                 f"model {model.name!r} is not registered with this backend: `await model.register(backend)`"
             )
         config = config or TrainConfig()
-        store = self.storage.model(model.project, model.name)
+        store = self.model_store(model)
         async with self._lock:
             # The server's max_lora_rank follows the LoRA rank (a running server is restarted wider if needed).
             server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=config.lora_rank)
@@ -222,8 +243,7 @@ class LocalBackend(Backend):
                 train_and_record, store, model.base_model, groups, config, step, servers=[server]
             )  # sleeps while the trainer holds the GPU
             await self.ensure_serving()  # a server that died while we trained comes back before the new step loads
-            await self._serve(model, server, result.step)
-        model._step = result.step  # rollouts after backend.train sample the new step (ART's backend-first loop)
+            await self._serve(model, server, result.step)  # served_step: rollouts now sample the new step
         if verbose:
             log.warning("%s trained to step %d: %s", model.name, result.step, result.metrics)
         return result
@@ -250,7 +270,7 @@ class LocalBackend(Backend):
             )
         config = config if isinstance(config, TrainSFTConfig) else TrainSFTConfig(**(config or {}))
         train_config = resolve_train_config(model, train_config)
-        store = self.storage.model(model.project, model.name)
+        store = self.model_store(model)
         async with self._lock:
             server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=train_config.lora_rank)
             await self.ensure_serving()
@@ -267,7 +287,6 @@ class LocalBackend(Backend):
             )
             await self.ensure_serving()
             await self._serve(model, server, result.step)
-        model._step = result.step
         if verbose:
             log.warning("%s fine-tuned to step %d: %s", model.name, result.step, result.metrics)
         return result
@@ -327,7 +346,7 @@ class LocalBackend(Backend):
         from art_core.storage import Storage
 
         remote = self._s3_model_dir(model, s3_bucket, prefix)
-        local = self.storage.model_path(model.project, model.name)
+        local = self.model_store(model).root
         target = Storage(remote.rsplit(f"/{model.project}/models/", 1)[0])
         await asyncio.to_thread(self._sync_tree, self.storage, local, target, remote, delete)
         if verbose:
@@ -349,16 +368,16 @@ class LocalBackend(Backend):
 
         remote = self._s3_model_dir(model, s3_bucket, prefix)
         source = Storage(remote.rsplit(f"/{model.project}/models/", 1)[0])
-        local = self.storage.model_path(model.project, model.name)
+        local = self.model_store(model).root
         if not source.exists(remote):
             log.warning("nothing to pull: %s does not exist", remote)
             return remote
         await asyncio.to_thread(self._sync_tree, source, remote, self.storage, local, delete)
         if isinstance(model, TrainableModel) and (model.project, model.name) in self._models:
             step = await self.get_step(model)
+            self._latest[(model.project, model.name)] = step  # the pulled latest, as register would take it
             if step:
                 await self.serve_step(model, step)
-            model._step = step
         if verbose:
             log.warning("pulled %s into %s", remote, local)
         return remote

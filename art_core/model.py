@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, Generic, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from art_core.storage import validate_name
+from art_core.naming import validate_name
 
 if TYPE_CHECKING:
     import openai
 
     from art_core.backend import Backend, TrainResult
-    from art_core.storage import Storage
+    from art_core.store import ModelStore
     from art_core.training.config import TrainConfig
     from art_core.trajectories import Trajectory, TrajectoryGroup
 
@@ -126,8 +126,7 @@ class Model(BaseModel, Generic[ConfigT]):
             await model.log(val_groups, split="val")
             await model.log(groups, metrics=result.metrics, step=result.step, split="train")
         """
-        from art_core.reporting import record_metrics
-        from art_core.trajectories import Trajectory, TrajectoryGroup, write_jsonl
+        from art_core.trajectories import Trajectory, TrajectoryGroup
         from art_core.wandb_metrics import log_record, wandb_wanted  # wandb itself loads only when wanted
 
         to_wandb = wandb_wanted(self.report_metrics)  # a W&B misconfiguration fails before anything is written
@@ -138,31 +137,28 @@ class Model(BaseModel, Generic[ConfigT]):
             groups = [g for g in items if g is not None]
         step = await self._current_step() if step is None else step
         values = {**summarize(groups), **(metrics or {})}
-        storage = self._storage()
+        store = self.store()
         if groups:
-            path = storage.trajectories_path(self.project, self.storage_name, split, step)
-            lines: list[str] = []
-
-            class _Sink:  # write_jsonl takes a file; gather lines, then write once (works on s3:// too)
-                write = lines.append
-
-            write_jsonl(groups, _Sink)
-            await asyncio.to_thread(storage.write_text, path, "".join(lines))
+            await asyncio.to_thread(store.write_groups, store.trajectories(split, step), groups)
         prefix = f"{split}/"
         values = {(k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in values.items()}
-        record = await asyncio.to_thread(record_metrics, storage, self.project, self.storage_name, step, values, prefix)
+        record = await asyncio.to_thread(store.record, step, values, prefix)
         if to_wandb:
             await asyncio.to_thread(log_record, self.project, self.storage_name, step, record, self.run_name)
         return record
 
-    def _storage(self) -> "Storage":
-        storage = getattr(self._backend, "storage", None)
-        if storage is None:
-            from art_core.settings import get_settings
-            from art_core.storage import Storage
+    def store(self) -> "ModelStore":
+        """Where this model's records live (art_core.store): its backend's storage once registered
+        (`Backend.model_store`), else the settings' storage root (ART_STORAGE_ROOT, else ./.art).
 
-            storage = Storage(get_settings().storage_root)
-        return storage
+            >>> Model(name="openai/gpt-4.1", project="retail").store().root   # doctest: +SKIP
+            '/abs/.art/retail/models/openai--gpt-4.1'
+        """
+        if self._backend is not None:
+            return self._backend.model_store(self)
+        from art_core.store import ModelStore
+
+        return ModelStore.in_default_root(self.project, self.storage_name)
 
 
 def summarize(groups: "list[TrajectoryGroup]") -> dict[str, float]:
@@ -244,24 +240,13 @@ class TrainableModel(Model[ConfigT]):
         from art_core.dev import server_overrides, warn_unsupported
 
         overrides = server_overrides(self._internal_config)
-        if not overrides:
-            return
-        pool = getattr(backend, "_pool", None)  # LocalBackend's servers (art_core.serving.ServerPool)
-        servers = pool.servers() if pool is not None else []
-        running = [s for s in servers if getattr(s.config, "model", None) == self.base_model]
-        target = getattr(pool, "overrides", None)
-        if running or target is None:
+        if overrides and not backend.use_server_settings(self.base_model, overrides):
             warn_unsupported(
                 "_internal_config.engine_args",
                 overrides,
                 "the server for this base model is already running (or the backend starts none); "
                 "these settings apply only to a server the backend starts",
             )
-            return
-        extra = list(target.get("extra_args", [])) + overrides.pop("extra_args", [])
-        target.update(overrides)
-        if extra:
-            target["extra_args"] = extra
 
     async def _current_step(self) -> int:
         return await self.get_step()
@@ -272,8 +257,12 @@ class TrainableModel(Model[ConfigT]):
         return self._step
 
     def get_inference_name(self, step: int | None = None) -> str:
-        """`name@step` for the given step, by default the latest known one."""
-        return f"{self.name}@{self._step if step is None else step}"
+        """`name@step` for the given step, by default the latest one: the step the backend serves as latest
+        (`Backend.served_step`; after `backend.train(model, ...)` too), else the one this model last saw."""
+        if step is None:
+            served = self._backend.served_step(self) if self._backend is not None else None
+            step = self._step if served is None else served
+        return f"{self.name}@{step}"
 
     async def train(
         self,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.envs.base import Environment, Scenario
 from art_core.gather import gather_trajectory_groups, trajectory_group
 from art_core.storage import Storage
-from art_core.store import file_fingerprint
+from art_core.store import ModelStore, file_fingerprint
 from art_core.trajectories import TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def checkpoint_fingerprint(storage: Storage, project: str, name: str, step: int)
     """
     if step == 0:
         return "base"
-    store = storage.model(project, name)
+    store = ModelStore(storage, project, name)
     folder = store.checkpoint(step)
     if not store.is_complete(step):
         raise FileNotFoundError(f"checkpoint {folder} is missing or incomplete: train step {step} first")

@@ -14,7 +14,10 @@ model is served the same way whichever door trained it:
     pool = ServerPool()                                      # LocalBackend owns one; tasks use PROCESS_POOL
     server = pool.get("/models/tiny", max_lora_rank=16)      # started once, reused afterwards
     endpoint = Endpoint.of(server)
-    name = serve_step(endpoint, ModelStore(root, "demo", "agent"), "/models/tiny", step=2)   # 'agent@2'
+    name = load_checkpoint(endpoint, ModelStore(root, "demo", "agent"), "/models/tiny", step=2)   # 'agent@2'
+
+Adapters load through art_core.inference.lora.load_adapter, the one loader LocalBackend's AdapterManager
+uses too: one error (AdapterError) and one hint, whichever door loads.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.inference.lora import ZERO_ADAPTER_SOURCE, load_adapter  # the one adapter loader
 from art_core.naming import step_name  # the one naming rule (art_core.naming); imported from here too
 
 if TYPE_CHECKING:
@@ -310,7 +314,7 @@ def cache_dir() -> str:
 
 def zero_adapter(base_model: str, cache: str | None = None) -> str:
     """A local folder with the zero adapter (step 0) for `base_model`, written once."""
-    from art_core.inference.lora import write_zero_adapter
+    from art_core.inference.lora import write_zero_adapter  # numpy and safetensors: loaded when used
 
     digest = hashlib.sha256(os.path.abspath(base_model).encode()).hexdigest()[:16]
     path = os.path.join(cache or cache_dir(), "zero", digest)
@@ -354,11 +358,6 @@ def _local_copy(storage: Any, uri: str, cache: str | None = None) -> str:
     return local
 
 
-# What a replica that does not share our files is asked to load for step 0: it builds the zero adapter of
-# its own base model (art_core.inference.middleware resolves it, with storage URLs, inside the server).
-ZERO_ADAPTER_SOURCE = "art:zero-adapter"
-
-
 def adapter_source(endpoint: Endpoint, store: "ModelStore", base_model: str, step: int) -> str:
     """What `endpoint` is told to load for step `step`: a local folder when it shares our files, else the
     checkpoint's storage URL (the replica fetches it) or, at step 0, ZERO_ADAPTER_SOURCE."""
@@ -391,26 +390,6 @@ def fetch_adapter(source: str, base_model: str, cache: str | None = None) -> str
     return _local_copy(storage, source, cache)
 
 
-def load_adapter(endpoint: Endpoint, lora_name: str, local_path: str) -> None:
-    """Load (or reload in place) a LoRA adapter into the server under `lora_name`."""
-    r = httpx.post(
-        f"{endpoint.base_url}/load_lora_adapter",
-        json={"lora_name": lora_name, "lora_path": local_path, "load_inplace": True},
-        headers=endpoint.headers(),
-        timeout=300.0,
-    )
-    if r.status_code >= 400:
-        hint = ""
-        if "max_lora_rank" in r.text or "greater than" in r.text:
-            hint = " The adapter's rank is larger than the server's --max-lora-rank: start it with a larger one."
-        elif r.status_code == 404:
-            hint = " The server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
-        raise RuntimeError(
-            f"the server at {endpoint.base_url} refused to load adapter {lora_name!r} from "
-            f"{local_path}: {r.status_code} {r.text[:300]}.{hint}"
-        )
-
-
 def adapter_rank(store: "ModelStore", step: int) -> int:
     """The LoRA rank of checkpoint `step` (from its adapter_config.json); 1 for step 0's zero adapter."""
     if step == 0:
@@ -424,11 +403,13 @@ def adapter_rank(store: "ModelStore", step: int) -> int:
         return 8
 
 
-def serve_step(endpoint: Endpoint, store: "ModelStore", base_model: str, step: int) -> str:
-    """Load step `step` of the model as `name@step` and return that name (step 0: the zero adapter).
+def load_checkpoint(endpoint: Endpoint, store: "ModelStore", base_model: str, step: int) -> str:
+    """Load checkpoint `step` of the model into `endpoint` as `name@step` and return that name (step 0: the
+    zero adapter). The pipeline's door: no `name` alias and no eviction (LocalBackend's AdapterManager has those).
 
-    Loaded every time (about 10 ms): another run may have loaded other weights under the same name.
+    Loaded every time (about 10 ms): another run may have loaded other weights under the same name. A refusal
+    raises AdapterError (art_core.inference.lora.load_adapter).
     """
     name = step_name(store.name, step)
-    load_adapter(endpoint, name, adapter_source(endpoint, store, base_model, step))
+    load_adapter(endpoint.root_url, endpoint.headers(), name, adapter_source(endpoint, store, base_model, step))
     return name

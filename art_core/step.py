@@ -80,7 +80,7 @@ def gather_step(
     stored rollouts sampled from any checkpoint >= `oldest_reusable` are reused as they are.
     Every group and trajectory records the step it was sampled from (`sampled_step`).
     """
-    from art_core.serving import adapter_rank, serve_step
+    from art_core.serving import adapter_rank, load_checkpoint
 
     t0 = time.perf_counter()
     store = ref.store()
@@ -110,7 +110,7 @@ def gather_step(
         name = served_name(endpoints[0])
     else:
         for ep in endpoints:  # every replica serves the step under the same name
-            name = serve_step(ep, store, ref.base_model, sampled)
+            name = load_checkpoint(ep, store, ref.base_model, sampled)
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
     if replicas is not None and replicas.on == "ray":
         from art_core.fanout import roll_out_on_ray

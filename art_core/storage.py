@@ -1,10 +1,12 @@
 """Object storage over fsspec: a local folder by default, s3://bucket/prefix through s3fs.
 
-The layout under the root belongs to art_core.store (ModelStore); the path helpers here ask it.
+Storage moves bytes: text, JSON, whole directories (written with a COMPLETE marker last). What lives
+where under the root (models, checkpoints, trajectories, history) is art_core.store's (ModelStore).
 
-    >>> store = Storage("/tmp/art")
-    >>> store.model_path("demo", "agent-1")
-    '/tmp/art/demo/models/agent-1'
+    >>> storage = Storage("/tmp/art")
+    >>> storage.write_json(storage.join("demo", "notes.json"), {"ok": True})
+    >>> storage.read_json("/tmp/art/demo/notes.json")
+    {'ok': True}
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 import fsspec
 
 from art_core.naming import validate_name  # noqa: F401  (re-exported: its home before art_core.naming)
-from art_core.store import CHECKPOINT_MARKER, ModelStore, model_dir  # the layout's one owner
+
+# Written last into a stored directory (put_dir): a directory without it was cut short and does not count.
+CHECKPOINT_MARKER = "COMPLETE"
 
 
 def storage_options_from_env() -> dict[str, Any]:
@@ -32,7 +36,7 @@ def storage_options_from_env() -> dict[str, Any]:
 
 
 class Storage:
-    """A root URL plus the project's layout. Everything crossing a process is a URL under this root."""
+    """A root URL and its filesystem (fsspec). Everything crossing a process is a URL under this root."""
 
     def __init__(self, root: str, **storage_options: Any) -> None:
         if not root:
@@ -62,19 +66,6 @@ class Storage:
         else:
             base = self.root
         return "/".join([base, *[p.strip("/") for p in parts if p]])
-
-    def model_path(self, project: str, name: str) -> str:
-        return model_dir(self.root, project, name)
-
-    def model(self, project: str, name: str) -> ModelStore:
-        """The model's folder with its layout (checkpoints, trajectories, history, evaluations)."""
-        return ModelStore(self, project, name)
-
-    def checkpoint_path(self, project: str, name: str, step: int) -> str:
-        return self.model(project, name).checkpoint(step)
-
-    def trajectories_path(self, project: str, name: str, split: str, step: int) -> str:
-        return self.model(project, name).trajectories(split, step)
 
     # ---- bytes and text ----------------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -140,15 +131,8 @@ class Storage:
         return local_dir
 
     def is_complete(self, path: str) -> bool:
+        """True once put_dir finished `path` (its COMPLETE marker is written)."""
         return self.exists(self.join(path, CHECKPOINT_MARKER))
-
-    def checkpoint_steps(self, project: str, name: str) -> list[int]:
-        """Steps whose checkpoint is complete (marker present), ascending; half-written ones are ignored."""
-        return self.model(project, name).checkpoint_steps()
-
-    def latest_checkpoint_step(self, project: str, name: str) -> int | None:
-        steps = self.checkpoint_steps(project, name)
-        return steps[-1] if steps else None
 
     def delete(self, path: str) -> None:
         if self.exists(path):

@@ -8,8 +8,8 @@
     {project}/models/{name}/reports/                         reward curve, tables, markdown
     {project}/baselines/{served name}/eval-{split}.json      a prompted baseline's evaluation
 
-The library (`LocalBackend`) and the Prefect tasks both go through a `ModelStore`; `Storage` keeps the
-bytes (fsspec) and asks this module for paths. A file that cannot be read (truncated, foreign, half
+The library (`LocalBackend`, `Model.log`) and the Prefect tasks both go through a `ModelStore`; `Storage`
+keeps the bytes (fsspec) and knows nothing of this layout. A file that cannot be read (truncated, foreign, half
 copied) is treated as missing with a warning that names it: the work that wrote it is done again.
 
     >>> store = ModelStore("/tmp/art", "demo", "agent-001")
@@ -31,15 +31,14 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pydantic import BaseModel, ConfigDict
 
 from art_core.naming import validate_name
+from art_core.storage import CHECKPOINT_MARKER, Storage
 from art_core.trajectories import read_jsonl, write_jsonl
 
 if TYPE_CHECKING:
-    from art_core.storage import Storage
     from art_core.trajectories import TrajectoryGroup
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_MARKER = "COMPLETE"
 STATE_FILE = "trainer_state.json"  # written into each checkpoint by the trainer
 
 
@@ -57,7 +56,7 @@ def step_dir(step: int) -> str:
     return f"{step:04d}"
 
 
-def baseline_eval_path(storage: "Storage", project: str, served_model: str, split: str) -> str:
+def baseline_eval_path(storage: Storage, project: str, served_model: str, split: str) -> str:
     """Where a prompted baseline's report goes; `served_model` may hold '/' (openai/gpt-4.1)."""
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", served_model).strip("._") or "model"
     return storage.join(validate_name(project, "project"), "baselines", folder, f"eval-{split}.json")
@@ -66,13 +65,18 @@ def baseline_eval_path(storage: "Storage", project: str, served_model: str, spli
 class ModelStore:
     """Paths and records of one model (`project/name`) under a storage root (a folder or s3://)."""
 
-    def __init__(self, storage: "Storage | str", project: str, name: str) -> None:
-        from art_core.storage import Storage
-
+    def __init__(self, storage: Storage | str, project: str, name: str) -> None:
         self.storage = storage if isinstance(storage, Storage) else Storage(storage)
         self.project, self.name = project, name
         self.root = model_dir(self.storage.root, project, name)
         self._warned: set[str] = set()
+
+    @classmethod
+    def in_default_root(cls, project: str, name: str) -> "ModelStore":
+        """The model's store under the settings' storage root (ART_STORAGE_ROOT, else ./.art)."""
+        from art_core.settings import get_settings
+
+        return cls(get_settings().storage_root, project, name)
 
     def __repr__(self) -> str:
         return f"ModelStore({self.root!r})"
@@ -122,7 +126,7 @@ class ModelStore:
 
     def is_complete(self, step: int) -> bool:
         """A checkpoint exists for everyone only once its COMPLETE marker is written (last)."""
-        return self.storage.exists(self.storage.join(self.checkpoint(step), CHECKPOINT_MARKER))
+        return self.storage.is_complete(self.checkpoint(step))
 
     def checkpoint_steps(self) -> list[int]:
         """Steps with a complete checkpoint, ascending; a folder without its marker is named in a warning."""
@@ -299,7 +303,7 @@ class ModelStore:
             return None
 
 
-def file_fingerprint(storage: "Storage", path: str) -> str:
+def file_fingerprint(storage: Storage, path: str) -> str:
     """What identifies a stored file's content: its ETag (S3) or size and mtime (local). A cache keyed on it
     misses when the file is written again."""
     info = storage.fs.info(path)
@@ -339,9 +343,7 @@ class ModelRef(BaseModel):
     def store(self) -> ModelStore:
         return ModelStore(self.storage_url, self.project, self.model)
 
-    def storage(self) -> "Storage":
-        from art_core.storage import Storage
-
+    def storage(self) -> Storage:
         return Storage(self.storage_url)
 
     def path(self, *parts: str) -> str:

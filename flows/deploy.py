@@ -82,7 +82,7 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
     ref, _ = refs(run)
     storage = ref.storage()
     promoted = read_promoted(storage, run.project, run.model)
-    step = config.step or (promoted or {}).get("step") or storage.latest_checkpoint_step(run.project, run.model)
+    step = config.step or (promoted or {}).get("step") or ref.store().latest_step()
     if not step:
         raise ValueError(
             f"{run.project}/{run.model} has no trained step under {storage.root}: run the train flow first"

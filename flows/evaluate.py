@@ -32,19 +32,13 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     run = config.run
     ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
-    storage = ref.storage()
-    steps = (
-        []
-        if config.prompted_only
-        else list(config.steps) or [storage.latest_checkpoint_step(run.project, run.model) or 0]
-    )
-    missing = [
-        s for s in steps if s > 0 and not storage.is_complete(storage.checkpoint_path(run.project, run.model, s))
-    ]
+    store = ref.store()
+    steps = [] if config.prompted_only else list(config.steps) or [store.latest_step()]
+    missing = [s for s in steps if s > 0 and not store.is_complete(s)]
     if missing:
         raise ValueError(
             f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
-            f"complete steps: {storage.checkpoint_steps(run.project, run.model) or 'none'}"
+            f"complete steps: {store.checkpoint_steps() or 'none'}"
         )
     results = result_storage_for(run.storage_url)
     task = evaluate.with_options(result_storage=results)
@@ -99,8 +93,8 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
             + "\n"
             + reference
         )
-        storage.write_text(ref.path("reports", f"eval-{run.environment.name}-{e.split}.md"), md)  # one per domain
-    storage.write_text(ref.path("reports", "eval-compare.md"), md)
+        store.storage.write_text(ref.path("reports", f"eval-{run.environment.name}-{e.split}.md"), md)  # one per domain
+    store.storage.write_text(ref.path("reports", "eval-compare.md"), md)
     create_markdown_artifact(
         key=artifact_key(run.project, run.model, "eval-compare"),
         markdown=md,

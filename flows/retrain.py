@@ -44,9 +44,9 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     run = config.run
     ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     storage = ref.storage()
-    latest = storage.latest_checkpoint_step(run.project, run.model) or 0
+    latest = ref.store().latest_step()
     train(run.model_copy(update={"steps": latest + config.extra_steps}))
-    new_step = storage.latest_checkpoint_step(run.project, run.model) or 0
+    new_step = ref.store().latest_step()
 
     task = evaluate.with_options(result_storage=result_storage_for(run.storage_url))
     e = run.eval

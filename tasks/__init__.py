@@ -1,13 +1,13 @@
 """Prefect tasks: each a thin wrapper of one art_core call, with its cache policy.
 
-    gather_trajectories -> score_groups -> train_step -> evaluate -> export_adapter / serve_step
+    gather_trajectories -> score_groups -> train_step -> evaluate -> export_adapter / serve_adapter
 
 Pure, costly tasks (gather, score, evaluate) are cached on inputs plus source, with results persisted
 in the run's own storage (tasks.results); train_step is idempotent by its checkpoint instead.
 """
 
 from tasks._async import run_sync
-from tasks.deploy import export_adapter, serve_step
+from tasks.deploy import export_adapter, serve_adapter
 from tasks.evaluate import evaluate, evaluate_prompted
 from tasks.gather import gather_trajectories
 from tasks.results import cached_on, result_storage_for
@@ -31,6 +31,6 @@ __all__ = [
     "result_storage_for",
     "run_sync",
     "score_groups",
-    "serve_step",
+    "serve_adapter",
     "train_step",
 ]

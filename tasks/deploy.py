@@ -10,8 +10,9 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from art_core.deploy import Deployment, deploy_model, serve_adapter
+from art_core.deploy import Deployment, deploy_model
 from art_core.deploy import export_adapter as export_adapter_to_storage
+from art_core.deploy import serve_adapter as start_adapter_server
 from tasks._async import run_sync
 from tasks.specs import ModelRef
 
@@ -24,10 +25,13 @@ def export_adapter(ref: ModelRef, step: int, destination: str | None = None) -> 
     return uri
 
 
-@task(name="serve_step", task_run_name="serve step {step}", cache_policy=NO_CACHE, persist_result=False)
-def serve_step(ref: ModelRef, step: int, port: int = 0, api_key: str | None = None):
-    """Start a vLLM server with step `step` answering to the model's name; returns the running server."""
-    server = serve_adapter(ref.storage(), ref.project, ref.model, step, ref.base_model, port=port, api_key=api_key)
+@task(name="serve_adapter", task_run_name="serve step {step}", cache_policy=NO_CACHE, persist_result=False)
+def serve_adapter(ref: ModelRef, step: int, port: int = 0, api_key: str | None = None):
+    """Start a vLLM server of its own with step `step`'s adapter answering to the model's name (art_core.deploy.
+    serve_adapter); returns the running server."""
+    server = start_adapter_server(
+        ref.storage(), ref.project, ref.model, step, ref.base_model, port=port, api_key=api_key
+    )
     get_run_logger().info("serving %s (step %d) at %s", ref.model, step, server.base_url)
     return server
 

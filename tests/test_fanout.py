@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from art_core.store import ModelStore
 from art_core.envs.base import Environment, Scenario
 from art_core.rollouts import Balancer, balanced_rollout
 from art_core.serving import ZERO_ADAPTER_SOURCE, Endpoint, adapter_source, fetch_adapter
@@ -63,7 +64,7 @@ def test_no_endpoint_is_refused():
 def _checkpoint(root: str, step: int, scratch) -> Storage:
     """Storage at `root` holding a complete checkpoint `step` of model p/m (written from `scratch`)."""
     storage = Storage(root)
-    store = storage.model("p", "m")
+    store = ModelStore(storage, "p", "m")
     local = os.path.join(str(scratch), f"src-{step}")
     os.makedirs(local, exist_ok=True)
     with open(os.path.join(local, "adapter_config.json"), "w") as f:
@@ -74,7 +75,7 @@ def _checkpoint(root: str, step: int, scratch) -> Storage:
 
 def test_a_replica_elsewhere_is_given_storage_urls_never_local_paths(tmp_path, moto_s3):
     storage = _checkpoint(moto_s3, 2, tmp_path)
-    store = storage.model("p", "m")
+    store = ModelStore(storage, "p", "m")
     remote = endpoints("gpu-node:8000", shares_files=False)[0]
     assert adapter_source(remote, store, "/models/tiny", 2) == store.checkpoint(2)
     assert adapter_source(remote, store, "/models/tiny", 0) == ZERO_ADAPTER_SOURCE
@@ -87,7 +88,7 @@ def test_a_replica_elsewhere_is_given_storage_urls_never_local_paths(tmp_path, m
 
 
 def test_local_storage_cannot_reach_a_replica_elsewhere(tmp_path):
-    store = _checkpoint(str(tmp_path / "runs"), 1, tmp_path).model("p", "m")
+    store = ModelStore(_checkpoint(str(tmp_path / "runs"), 1, tmp_path), "p", "m")
     with pytest.raises(ValueError, match="s3://bucket/prefix"):
         adapter_source(endpoints("gpu-node:8000", shares_files=False)[0], store, "/models/tiny", 1)
     assert adapter_source(endpoints("127.0.0.1:8000")[0], store, "/models/tiny", 1) == store.checkpoint(1)
@@ -97,7 +98,7 @@ def test_the_middleware_rewrites_a_storage_url_to_the_fetched_copy(tmp_path, mot
     from art_core.inference.middleware import with_fetched_adapter
 
     monkeypatch.setenv("ART_ADAPTER_CACHE", str(tmp_path / "cache"))
-    store = _checkpoint(moto_s3, 1, tmp_path).model("p", "m")
+    store = ModelStore(_checkpoint(moto_s3, 1, tmp_path), "p", "m")
     body = json.dumps({"lora_name": "m@1", "lora_path": store.checkpoint(1), "load_inplace": True}).encode()
     out = json.loads(asyncio.run(with_fetched_adapter(body)))
     assert out["lora_name"] == "m@1" and out["lora_path"].startswith(str(tmp_path / "cache"))

@@ -25,12 +25,8 @@ ALLOWED = {("art_core.trajectories", "art_core.gather")}
 
 # Cycles that exist today and are still to be broken, each with what breaks it. The test fails on any
 # cycle not listed here, and on an entry that no longer is a cycle (delete it then): the list only shrinks.
-KNOWN = {
-    # Storage still has layout helpers (model(), checkpoint_path(), checkpoint_steps(), ...) that delegate to
-    # ModelStore. Callers in art_core/training/checkpoints.py, art_core/deploy/, local_backend.py, model.py
-    # and flows/ move to ModelStore, then Storage keeps bytes only (put_dir, is_complete) and stops importing store.
-    frozenset({"art_core.storage", "art_core.store"}),
-}
+# None is left (storage <-> store went when Storage kept the bytes only and ModelStore the whole layout).
+KNOWN: set[frozenset[str]] = set()
 
 
 def _modules() -> dict[str, pathlib.Path]:

@@ -64,9 +64,11 @@ async def test_log_records_a_split_in_history_and_its_trajectories(tmp_path):
     from art_core import Trajectory, TrajectoryGroup
     from art_core.reporting import read_history
     from art_core.storage import Storage
+    from art_core.store import ModelStore
 
     backend = RecordingBackend()
     backend.storage = Storage(str(tmp_path))
+    backend.model_store = lambda m: ModelStore(backend.storage, m.project, m.storage_name)  # where log writes
     model = TrainableModel(name="agent-1", project="retail", base_model="/m")
     await model.register(backend)
     groups = [TrajectoryGroup([Trajectory(reward=1.0, metrics={"win": 1}), Trajectory(reward=0.0, metrics={"win": 0})])]
@@ -85,7 +87,7 @@ async def test_log_records_a_split_in_history_and_its_trajectories(tmp_path):
         (4, 0.5, None, None),
         (3, None, 0.75, 0.5),
     ]
-    assert backend.storage.exists(backend.storage.trajectories_path("retail", "agent-1", "val", 3))
+    assert backend.storage.exists(ModelStore(backend.storage, "retail", "agent-1").trajectories("val", 3))
 
     gpt = Model(name="openai/gpt-4.1", project="retail")
     await gpt.register(backend)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from art_core.store import ModelStore
 from art_core import Model, TrainableModel, Trajectory, TrajectoryGroup, wandb_metrics
 from art_core.storage import Storage
 from tests.test_model import RecordingBackend
@@ -107,4 +108,6 @@ async def test_no_wandb_unless_configured_and_a_missing_key_is_named(offline, mo
     await asked.register(backend)
     with pytest.raises(ValueError, match="WANDB_API_KEY is not set.*WANDB_MODE=offline"):
         await asked.log([Trajectory(reward=0.5)], step=1)
-    assert not backend.storage.exists(backend.storage.model("retail", "agent-3").history)  # refused before writing
+    assert not backend.storage.exists(
+        ModelStore(backend.storage, "retail", "agent-3").history
+    )  # refused before writing

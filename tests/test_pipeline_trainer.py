@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from art_core.store import ModelStore
 import art_core as art
 from art_core.pipeline_trainer import PipelineTrainer, make_group_rollout_fn
 
@@ -46,7 +47,9 @@ async def test_pipeline_trainer_trains_steps_with_bounded_staleness(vllm_server,
     )
     await trainer.train()
     assert await model.get_step() == 2 and evaluated == [0, 2]
-    records = [r for r in backend.storage.model("pipeline", "piped").read_history() if "train/steps_off_policy" in r]
+    records = [
+        r for r in ModelStore(backend.storage, "pipeline", "piped").read_history() if "train/steps_off_policy" in r
+    ]
     assert [r["step"] for r in records] == [1, 2]
     assert all(0 <= r["train/steps_off_policy"] <= 1 for r in records)
     await backend.close()

@@ -18,23 +18,26 @@ def test_layout_and_group_round_trip(tmp_path):
 
 
 def test_half_written_checkpoint_is_ignored(tmp_path):
-    store = Storage(str(tmp_path))
+    storage = Storage(str(tmp_path))
+    store = ModelStore(storage, "p", "m")
     src = tmp_path / "adapter"
     src.mkdir()
     (src / "adapter_model.safetensors").write_bytes(b"w")
-    store.put_dir(str(src), store.checkpoint_path("p", "m", 1))
-    half = pathlib.Path(store.checkpoint_path("p", "m", 2))
+    storage.put_dir(str(src), store.checkpoint(1))
+    assert storage.is_complete(store.checkpoint(1))
+    half = pathlib.Path(store.checkpoint(2))
     half.mkdir(parents=True)
     (half / "adapter_model.safetensors").write_bytes(b"w")  # crashed before the marker
-    assert store.checkpoint_steps("p", "m") == [1]
-    assert store.latest_checkpoint_step("p", "m") == 1
+    assert not storage.is_complete(store.checkpoint(2))
+    assert store.checkpoint_steps() == [1]
+    assert store.latest_step() == 1
 
 
 def test_history_appends_and_names_are_checked(tmp_path):
-    store = Storage(str(tmp_path))
-    hist = store.join(store.model_path("p", "m"), "history.jsonl")
-    store.append_jsonl(hist, {"step": 1, "reward": 0.1})
-    store.append_jsonl(hist, {"step": 2, "reward": 0.2})
-    assert [r["step"] for r in store.read_jsonl(hist)] == [1, 2]
+    storage = Storage(str(tmp_path))
+    hist = ModelStore(storage, "p", "m").history
+    storage.append_jsonl(hist, {"step": 1, "reward": 0.1})
+    storage.append_jsonl(hist, {"step": 2, "reward": 0.2})
+    assert [r["step"] for r in storage.read_jsonl(hist)] == [1, 2]
     with pytest.raises(ValueError, match="no '..'"):
-        store.model_path("p", "../escape")
+        ModelStore(storage, "p", "../escape")

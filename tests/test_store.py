@@ -24,15 +24,12 @@ def _groups(n: int = 2) -> list[TrajectoryGroup]:
     ]
 
 
-def test_layout_is_spelled_in_one_place_and_storage_asks_it(tmp_path):
+def test_layout_is_spelled_in_one_place(tmp_path):
     storage = Storage(str(tmp_path))
-    store = storage.model("demo", "agent")
-    assert (
-        store.checkpoint(3)
-        == f"{tmp_path}/demo/models/agent/checkpoints/0003"
-        == storage.checkpoint_path("demo", "agent", 3)
-    )
-    assert store.trajectories("train", 0) == storage.trajectories_path("demo", "agent", "train", 0)
+    store = ModelStore(storage, "demo", "agent")
+    assert store.checkpoint(3) == f"{tmp_path}/demo/models/agent/checkpoints/0003"
+    assert store.trajectories("train", 0) == f"{tmp_path}/demo/models/agent/trajectories/train/0000.jsonl"
+    assert not any(hasattr(storage, helper) for helper in ("model", "checkpoint_path", "checkpoint_steps"))
     assert store.scored("train", 1).endswith("trajectories/train/0001.scored.jsonl")
     assert store.history.endswith("demo/models/agent/history.jsonl")
     assert store.eval(2).endswith("demo/models/agent/eval/0002.json")

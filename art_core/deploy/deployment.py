@@ -30,6 +30,7 @@ from typing import Any
 
 from art_core.deploy.result import TARGETS, Deployment, DeployError, Target
 from art_core.storage import Storage
+from art_core.store import ModelStore
 
 
 def _identity(model: Any, storage: Storage | str | None) -> tuple[str, str, str, Storage]:
@@ -40,10 +41,8 @@ def _identity(model: Any, storage: Storage | str | None) -> tuple[str, str, str,
     if not (isinstance(name, str) and project and base):
         raise TypeError(f"model must be a TrainableModel or a ModelRef (project, name, base_model), got {model!r}")
     if storage is None:
-        if is_ref:
-            storage = model.storage_url
-        elif hasattr(model, "_storage"):
-            storage = model._storage()  # the registered backend's storage, else ART_STORAGE_ROOT
+        if hasattr(model, "store"):  # a ModelRef's storage_url; a Model's backend storage, else ART_STORAGE_ROOT
+            storage = model.store().storage
         else:
             from art_core.settings import get_settings
 
@@ -52,7 +51,7 @@ def _identity(model: Any, storage: Storage | str | None) -> tuple[str, str, str,
 
 
 def _check_step(storage: Storage, project: str, name: str, step: int | None) -> int:
-    store = storage.model(project, name)
+    store = ModelStore(storage, project, name)
     have = store.checkpoint_steps()
     if step is None:
         if not have:
@@ -128,7 +127,9 @@ async def deploy_model(
         from art_core import serving
 
         endpoint = await asyncio.to_thread(serving.discover_endpoint, inference_url, api_key)
-        served = await asyncio.to_thread(serving.serve_step, endpoint, storage.model(project, name), base, step)
+        served = await asyncio.to_thread(
+            serving.load_checkpoint, endpoint, ModelStore(storage, project, name), base, step
+        )
         return Deployment(
             model_name=served,
             endpoint=endpoint.base_url,

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from art_core.storage import CHECKPOINT_MARKER, Storage
-from art_core.store import step_dir
+from art_core.store import ModelStore, step_dir
 
 # Trainer state that must not ship with an exported adapter.
 _STATE_PREFIXES = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", CHECKPOINT_MARKER)
@@ -75,7 +75,7 @@ def export_adapter(
     storage: Storage, project: str, name: str, step: int, base_model: str, destination: str | None = None
 ) -> str:
     """Copy step `step`'s adapter files and a model card to `destination` (default `exports/{step:04d}`)."""
-    store = storage.model(project, name)
+    store = ModelStore(storage, project, name)
     src = store.checkpoint(step)
     if not store.is_complete(step):
         have = store.checkpoint_steps()

@@ -15,7 +15,7 @@ import tempfile
 
 from art_core.deploy.result import DeployError
 from art_core.storage import Storage
-from art_core.store import step_dir
+from art_core.store import ModelStore, step_dir
 
 
 def preflight(base_model: str) -> None:
@@ -31,7 +31,7 @@ def preflight(base_model: str) -> None:
 
 
 def merged_uri(storage: Storage, project: str, name: str, step: int) -> str:
-    return storage.model(project, name).path("exports", f"{step_dir(step)}-merged")
+    return ModelStore(storage, project, name).path("exports", f"{step_dir(step)}-merged")
 
 
 def merge_adapter(
@@ -43,7 +43,7 @@ def merge_adapter(
 
     from art_core.serving import local_adapter
 
-    adapter = local_adapter(storage.model(project, name), base_model, step)
+    adapter = local_adapter(ModelStore(storage, project, name), base_model, step)
     dest = (destination or merged_uri(storage, project, name, step)).rstrip("/")
     with tempfile.TemporaryDirectory(prefix="art-merged-") as tmp:
         base = AutoModelForCausalLM.from_pretrained(base_model, dtype="auto")  # the base's own dtype

@@ -12,10 +12,11 @@ import time
 from typing import Any
 
 from art_core.storage import Storage
+from art_core.store import ModelStore
 
 
 def promoted_path(storage: Storage, project: str, name: str) -> str:
-    return storage.model(project, name).path("promoted.json")
+    return ModelStore(storage, project, name).path("promoted.json")
 
 
 def read_promoted(storage: Storage, project: str, name: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ import argparse
 import time
 
 from art_core.storage import Storage
+from art_core.store import ModelStore
 
 
 def serve_adapter(
@@ -35,7 +36,7 @@ def serve_adapter(
     from art_core.inference.server import VLLMServer
     from art_core.serving import adapter_rank, local_adapter, server_config
 
-    store = storage.model(project, name)
+    store = ModelStore(storage, project, name)
     if not store.is_complete(step):
         raise FileNotFoundError(f"no complete checkpoint for step {step} at {store.checkpoint(step)}")
     local = local_adapter(store, base_model, step)
@@ -60,10 +61,11 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     a = p.parse_args()
     storage = Storage(a.storage)
-    step = a.step if a.step is not None else storage.latest_checkpoint_step(a.project, a.model)
-    if step is None:
+    store = ModelStore(storage, a.project, a.model)
+    step = a.step if a.step is not None else store.latest_step()
+    if step == 0 and a.step is None:
         raise SystemExit(f"no checkpoints for {a.project}/{a.model} under {storage.root}")
-    base = a.base_model or (storage.model(a.project, a.model).read_model_json() or {}).get("base_model")
+    base = a.base_model or (store.read_model_json() or {}).get("base_model")
     if not base:
         raise SystemExit(f"no model.json for {a.project}/{a.model} under {storage.root}: pass --base-model")
     server = serve_adapter(storage, a.project, a.model, step, base, port=a.port)

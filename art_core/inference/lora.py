@@ -1,10 +1,12 @@
 """LoRA adapters in a running vLLM server: one per training step, served as `name@step`, and `name` = latest.
 
 The server must run with `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (VLLMServer does
-both). Loading is a POST to /v1/load_lora_adapter and takes about 10 ms on the tiny model.
+both). Loading is a POST to /v1/load_lora_adapter and takes about 10 ms on the tiny model. `load_adapter`
+is the one loader: `AdapterManager` (LocalBackend's, with memory) and art_core.serving.load_checkpoint
+(the pipeline's, one step at a time) both load through it, so a refusal reads the same from either door.
 
     >>> adapters = AdapterManager(server.root_url, server.headers(), keep_steps=3)
-    >>> await adapters.serve_step("agent", 1, "/art/demo/models/agent/checkpoints/0001")
+    >>> await adapters.load_step("agent", 1, "/art/demo/models/agent/checkpoints/0001")
     >>> adapters.served()                   # ['agent@1', 'agent']
 
 Step 0 is the base model. So that `name@0` and `name` can be asked for before any training (and so
@@ -14,6 +16,7 @@ LoRA B matrices are zero, so it answers exactly as the base model.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import struct
@@ -28,7 +31,7 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 
 
 class AdapterError(RuntimeError):
-    """The server refused to load or unload an adapter; the message carries its answer."""
+    """The server refused to load or unload an adapter; the message carries its answer and what to do."""
 
 
 # ---- the zero adapter (step 0) ---------------------------------------------------------------------
@@ -94,9 +97,59 @@ def write_zero_adapter(
     return out_dir
 
 
-# ---- loading and unloading -----------------------------------------------------------------------
+# ---- loading and unloading: the one loader both doors use ---------------------------------------------
+# What a replica that does not share our files is asked to load for step 0: it builds the zero adapter of
+# its own base model (art_core.inference.middleware resolves it, with storage URLs, inside the server).
+ZERO_ADAPTER_SOURCE = "art:zero-adapter"
+
+
+def _refusal(action: str, root_url: str, status: int, text: str) -> AdapterError:
+    """The one error for a server's refusal: what was refused, the server's answer, and what to do about it."""
+    hint = ""
+    if "max_lora_rank" in text or "greater than" in text:
+        hint = " The adapter's rank is larger than the server's --max-lora-rank: start it with a larger one."
+    elif status == 404:
+        hint = " The server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
+    return AdapterError(f"the server at {root_url} refused to {action}: {status} {text[:300]}.{hint}")
+
+
+def load_adapter(root_url: str, headers: dict[str, str], name: str, source: str) -> None:
+    """Serve the adapter at `source` as `name` (replacing what `name` served before): one POST, about 10 ms.
+
+    `source` is a local adapter folder, or for a server that does not share our files a storage URL or
+    ZERO_ADAPTER_SOURCE (the server fetches it). Raises AdapterError with the server's answer and a hint.
+
+    >>> load_adapter("http://127.0.0.1:8000", {}, "agent@2", "/art/demo/models/agent/checkpoints/0002")  # doctest: +SKIP
+    """
+    if "://" not in source and source != ZERO_ADAPTER_SOURCE:  # a local folder: check it before the server does
+        if not os.path.exists(os.path.join(source, "adapter_config.json")):
+            raise AdapterError(f"{source!r} holds no adapter_config.json: it is not a peft LoRA adapter directory")
+        source = os.path.abspath(source)
+    r = httpx.post(
+        f"{root_url.rstrip('/')}/v1/load_lora_adapter",
+        json={"lora_name": name, "lora_path": source, "load_inplace": True},  # new or already served: both work
+        headers=headers,
+        timeout=300.0,
+    )
+    if r.status_code >= 400:
+        raise _refusal(f"load adapter {name!r} from {source}", root_url, r.status_code, r.text)
+
+
+def unload_adapter(root_url: str, headers: dict[str, str], name: str) -> bool:
+    """Stop serving adapter `name`; False if the server did not serve it."""
+    r = httpx.post(
+        f"{root_url.rstrip('/')}/v1/unload_lora_adapter", json={"lora_name": name}, headers=headers, timeout=300.0
+    )
+    if r.status_code == 404:
+        return False
+    if r.status_code >= 400:
+        raise _refusal(f"unload adapter {name!r}", root_url, r.status_code, r.text)
+    return True
+
+
 class AdapterManager:
-    """Loads, aliases and evicts adapters in one server; remembers them so a restarted server gets them back."""
+    """The adapters of one server, with memory: aliases the latest step, evicts old steps, and loads them all
+    again into a restarted server (which forgot them). LocalBackend keeps one per server."""
 
     def __init__(self, root_url: str, headers: dict[str, str] | None = None, keep_steps: int = 3) -> None:
         if keep_steps < 1:
@@ -107,32 +160,16 @@ class AdapterManager:
         self.loaded: dict[str, str] = {}  # served name -> adapter directory, in load order
         self.server_restarts = 0  # the server's restart count when these were loaded (LocalBackend compares)
 
-    async def _post(self, path: str, payload: dict) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=300.0) as client:
-            return await client.post(f"{self.root_url}{path}", json=payload, headers=self.headers)
-
     async def load(self, name: str, path: str) -> None:
         """Serve the adapter at `path` (a local directory) as `name`, replacing what `name` served before."""
-        if not os.path.exists(os.path.join(path, "adapter_config.json")):
-            raise AdapterError(f"{path!r} holds no adapter_config.json: it is not a peft LoRA adapter directory")
-        payload = {"lora_name": name, "lora_path": os.path.abspath(path), "load_inplace": name in self.loaded}
-        r = await self._post("/v1/load_lora_adapter", payload)
-        if r.status_code == 400 and "already been loaded" in r.text:  # loaded by an earlier manager
-            r = await self._post("/v1/load_lora_adapter", {**payload, "load_inplace": True})
-        if r.status_code >= 400:
-            raise AdapterError(f"loading adapter {name!r} from {path!r} failed ({r.status_code}): {r.text[:500]}")
+        await asyncio.to_thread(load_adapter, self.root_url, self.headers, name, path)
         self.loaded.pop(name, None)
         self.loaded[name] = os.path.abspath(path)
 
     async def unload(self, name: str) -> bool:
         """Stop serving `name`; False if it was not served."""
         self.loaded.pop(name, None)
-        r = await self._post("/v1/unload_lora_adapter", {"lora_name": name})
-        if r.status_code == 404:
-            return False
-        if r.status_code >= 400:
-            raise AdapterError(f"unloading adapter {name!r} failed ({r.status_code}): {r.text[:500]}")
-        return True
+        return await asyncio.to_thread(unload_adapter, self.root_url, self.headers, name)
 
     def steps(self, name: str) -> list[int]:
         """Steps of model `name` served now, ascending."""
@@ -141,10 +178,9 @@ class AdapterManager:
     def served(self) -> list[str]:
         return list(self.loaded)
 
-    async def serve_step(self, name: str, step: int, path: str) -> list[int]:
-        """Serve `path` as `name@step` and as `name` (the latest); unload steps beyond `keep_steps`.
-
-        Returns the steps that were unloaded.
+    async def load_step(self, name: str, step: int, path: str) -> list[int]:
+        """Serve `path` as `name@step`, and as `name` when no later step is loaded; unload steps beyond
+        `keep_steps`. Returns the steps that were unloaded.
         """
         await self.load(step_name(name, step), path)
         latest = max(self.steps(name))

@@ -25,6 +25,7 @@ import tempfile
 from typing import Any
 
 from art_core.storage import CHECKPOINT_MARKER, Storage
+from art_core.store import ModelStore
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def save_checkpoint(
     """Write adapter + optimizer + trainer state (+ the tokenizer's files) as checkpoint `step`; returns its path."""
     import torch
 
-    path = storage.checkpoint_path(project, name, step)
+    path = ModelStore(storage, project, name).checkpoint(step)
     with tempfile.TemporaryDirectory(prefix="art-ckpt-") as tmp:
         # peft writes adapter_config.json + adapter_model.safetensors at the top; only the trained adapter
         # (a KL reference adapter loaded beside it would otherwise be saved into a subfolder of every checkpoint).
@@ -70,9 +71,10 @@ def load_checkpoint(storage: Storage, project: str, name: str, step: int, model:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    path = storage.checkpoint_path(project, name, step)
-    if not storage.is_complete(path):
-        have = storage.checkpoint_steps(project, name)
+    store = ModelStore(storage, project, name)
+    path = store.checkpoint(step)
+    if not store.is_complete(step):
+        have = store.checkpoint_steps()
         raise FileNotFoundError(
             f"no complete checkpoint for step {step} at {path} (complete steps: {have or 'none'}). Train from the "
             "latest complete step (backend.get_step), or from step 0 to start over."
@@ -104,11 +106,12 @@ def prune_checkpoints(storage: Storage, project: str, name: str, best_metric: st
     flat or under "metrics") whose step still has a checkpoint; a tie goes to the later step. With no such
     record only the latest is kept, and a warning says so. Higher is better.
     """
-    steps = storage.checkpoint_steps(project, name)
+    store = ModelStore(storage, project, name)
+    steps = store.checkpoint_steps()
     if len(steps) <= 1:
         return []
     latest = steps[-1]
-    history = storage.model(project, name).read_history()
+    history = store.read_history()
     scores: dict[int, float] = {}
     for record in history:
         value, step = _metric(record, best_metric), record.get("step")
@@ -125,7 +128,7 @@ def prune_checkpoints(storage: Storage, project: str, name: str, best_metric: st
     for step in steps:
         if step in keep:
             continue
-        path = storage.checkpoint_path(project, name, step)
+        path = store.checkpoint(step)
         storage.delete(storage.join(path, CHECKPOINT_MARKER))  # marker first: a crash leaves an ignored dir
         storage.delete(path)
         deleted.append(step)

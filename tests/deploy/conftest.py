@@ -40,6 +40,8 @@ def write_checkpoint(storage, project: str, name: str, step: int, base_model: st
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from art_core.store import ModelStore
+
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base_model)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -52,9 +54,9 @@ def write_checkpoint(storage, project: str, name: str, step: int, base_model: st
         peft_model.save_pretrained(tmp)
         with open(os.path.join(tmp, "optimizer.pt"), "wb") as f:  # trainer state: must never ship
             f.write(b"not for export")
-        storage.model(project, name).bind(base_model)
-        storage.put_dir(tmp, storage.checkpoint_path(project, name, step))
-    return storage.checkpoint_path(project, name, step)
+        ModelStore(storage, project, name).bind(base_model)
+        storage.put_dir(tmp, ModelStore(storage, project, name).checkpoint(step))
+    return ModelStore(storage, project, name).checkpoint(step)
 
 
 @dataclass

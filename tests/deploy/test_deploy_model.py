@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+from art_core.store import ModelStore
 from art_core.deploy import DeployError, UnsupportedBaseModelError, deploy_model
 from art_core.deploy import together, wandb_lora
 from art_core.storage import Storage
@@ -27,7 +28,7 @@ def stored(tmp_path, tiny_model_path):
 
 async def test_bad_input_is_refused_before_anything_is_uploaded(stored, monkeypatch):
     storage, ref = stored
-    exports = storage.model("proj", "agent").path("exports")
+    exports = ModelStore(storage, "proj", "agent").path("exports")
     monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "online")

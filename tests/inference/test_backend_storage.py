@@ -9,6 +9,7 @@ import pytest
 
 from art_core import Model, TrainableModel
 from art_core.local_backend import LocalBackend
+from art_core.store import ModelStore
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_remote_checkpoints_are_copied_to_a_local_dir_vllm_can_read(s3_env, tmp_
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
     (adapter / "adapter_model.safetensors").write_bytes(b"weights")
-    backend.storage.put_dir(str(adapter), backend.storage.checkpoint_path("demo", "agent", 1))
+    backend.storage.put_dir(str(adapter), backend.model_store(model).checkpoint(1))
 
     local = backend.local_checkpoint(model, 1)
     assert local.startswith(str(tmp_path / "cache")) and not local.startswith("s3://")
@@ -51,7 +52,7 @@ def test_remote_checkpoints_are_copied_to_a_local_dir_vllm_can_read(s3_env, tmp_
 
 async def test_register_refuses_another_base_model_and_plain_models(tmp_path):
     backend = LocalBackend(path=str(tmp_path / "store"))
-    model_json = backend.storage.join(backend.storage.model_path("demo", "agent"), "model.json")
+    model_json = ModelStore(backend.storage, "demo", "agent").model_json
     backend.storage.write_json(model_json, {"name": "agent", "project": "demo", "base_model": "/models/a"})
     # Checked before any server starts: checkpoints trained on /models/a do not fit /models/b.
     with pytest.raises(ValueError, match="trained from base model '/models/a'"):

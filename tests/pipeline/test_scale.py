@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from art_core.store import ModelStore
 from flows.config import RunConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -47,9 +48,8 @@ def session_server(vllm_server, monkeypatch) -> str:
 def structure(storage: str, cfg: RunConfig) -> dict:
     """What a run leaves, without the numbers: checkpoint steps, (step, phase) of each history record and
     its metric names, the stored rollouts' group and trajectory counts."""
-    from art_core.storage import Storage
 
-    store = Storage(storage).model(cfg.project, cfg.model)
+    store = ModelStore(storage, cfg.project, cfg.model)
     records = store.read_history()
     groups = {s: store.read_groups(store.trajectories("train", s)) for s in range(cfg.steps)}
     return {
@@ -85,7 +85,7 @@ def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_mod
     assert sorted(summary.checkpoints) == [1, 2, 3]
     assert len(counts) == 2 and all(c >= 4 for c in counts.values()), f"requests per replica: {counts}"
     assert structure(f"{s3_root}/ray", ray_cfg) == structure(f"{s3_root}/one", one)
-    store = Storage(f"{s3_root}/ray").model("scale", "agent")
+    store = ModelStore(Storage(f"{s3_root}/ray"), "scale", "agent")
     served_by = {
         t.metadata["replica"]
         for s in range(3)
@@ -109,7 +109,7 @@ def test_one_step_off_policy_overlaps_and_stays_within_one_step(prefect_api, tin
     cfg = config(tiny_model_path, str(tmp_path), "async", inference_url=session_server, max_steps_off_policy=1, steps=4)
     summary = train(cfg)
     assert sorted(summary.checkpoints) == [1, 2, 3, 4]
-    store = Storage(str(tmp_path)).model("scale", "async")
+    store = ModelStore(Storage(str(tmp_path)), "scale", "async")
     for step in range(cfg.steps):
         for g in store.read_groups(store.trajectories("train", step)):
             sampled = [t.metadata["sampled_step"] for t in g.trajectories]

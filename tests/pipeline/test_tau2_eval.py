@@ -99,7 +99,7 @@ def test_train_flow_trains_on_tau2_retails_train_split_with_ruler_and_the_enviro
 ):
     """One step on tau2's train tasks: the customer and the RULER judge are the tiny model on the session server,
     RULER's score is mixed with tau2's reward (0 here: a random agent is cut off), and the step is trained."""
-    from art_core.storage import Storage
+    from art_core.store import ModelStore
     from flows.config import RunConfig
     from flows.train import train
 
@@ -138,8 +138,8 @@ def test_train_flow_trains_on_tau2_retails_train_split_with_ruler_and_the_enviro
         report_to_wandb=False,
     )
     summary = train(cfg)
-    storage = Storage(cfg.storage_url)
-    scored = storage.model("tau2", "trained").read_groups(storage.model("tau2", "trained").scored("train", 0))
+    store = ModelStore(cfg.storage_url, "tau2", "trained")
+    scored = store.read_groups(store.scored("train", 0))
     trajectories = [t for g in scored for t in g.trajectories]
     train_ids = set(load_train_ids())
     assert len(trajectories) == 2 and all(
@@ -148,7 +148,7 @@ def test_train_flow_trains_on_tau2_retails_train_split_with_ruler_and_the_enviro
     for t in trajectories:  # tau2's reward kept next to RULER's score, every component in the metrics
         assert t.metrics["independent_reward"] == 0.0 and t.metrics["truncated"] == 1.0 and "r_db" in t.metrics
         assert t.reward == pytest.approx(0.5 * t.metrics["ruler_score"])
-    assert 1 in summary.rewards and storage.is_complete(storage.checkpoint_path("tau2", "trained", 1))
+    assert 1 in summary.rewards and store.is_complete(1)
 
 
 def load_train_ids() -> list[str]:

@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from art_core.store import ModelStore
 from flows.config import RunConfig
 
 pytestmark = pytest.mark.vllm
@@ -174,10 +175,8 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
 
-    from art_core.storage import Storage
-
-    storage = Storage(cfg.storage_url)
-    done_before = storage.checkpoint_steps(cfg.project, cfg.model)
+    store = ModelStore(cfg.storage_url, cfg.project, cfg.model)
+    done_before = store.checkpoint_steps()
     assert 1 in done_before and 3 not in done_before
     before = s3_objects(cfg.storage_url)
     summary, run_id = run_flow(cfg)
@@ -186,7 +185,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(
     # Step 1's cache record may not be committed yet when the kill lands; then the task finds its rollouts
     # in storage (Completed, not Cached). Either way nothing is rolled out again (ETags checked below).
     assert states["gather step 1"] == "Cached" and states["gather step 2"] in ("Cached", "Completed"), states
-    assert storage.checkpoint_steps(cfg.project, cfg.model) == [1, 2, 3]
+    assert store.checkpoint_steps() == [1, 2, 3]
     assert sorted(summary.trained_steps) == [s for s in (1, 2, 3) if s not in done_before]
     steps_trained = [r["step"] for r in history(cfg.storage_url, cfg) if "train/reward" in r]
     assert sorted(steps_trained) == [1, 2, 3], f"each step trained exactly once, got {steps_trained}"
@@ -254,7 +253,7 @@ def test_ruler_judge_rescores_the_groups_the_step_trains_on(
     from art_core.storage import Storage
 
     storage = Storage(cfg.storage_url)
-    scored = storage.model("pipe", "ruled").read_groups(storage.model("pipe", "ruled").scored("train", 0))
+    scored = ModelStore(storage, "pipe", "ruled").read_groups(ModelStore(storage, "pipe", "ruled").scored("train", 0))
     rewards = [t.reward for g in scored for t in g.trajectories]
     assert len(rewards) == cfg.groups_per_step * cfg.group_size
     assert all(t.metrics["ruler_score"] == t.reward and "independent_reward" in t.metrics for g in scored for t in g)
@@ -349,9 +348,10 @@ def test_retrain_keeps_the_promoted_step_when_the_new_one_is_not_better(trained)
 
     cfg, _, _, _ = trained
     storage = Storage(cfg.storage_url)
+    store = ModelStore(storage, cfg.project, cfg.model)
     # No reward can beat another by more than 1.0 (rewards are in [0, 1]): the old step must stay.
     summary = retrain(RetrainConfig(run=cfg, extra_steps=1, min_improvement=1.0))
-    assert summary.new_step == 4 and storage.checkpoint_steps(cfg.project, cfg.model) == [1, 2, 3, 4]
+    assert summary.new_step == 4 and store.checkpoint_steps() == [1, 2, 3, 4]
     assert not summary.promoted and summary.promoted_step == 3
     assert summary.message.startswith("kept step 3")
     assert read_promoted(storage, cfg.project, cfg.model)["step"] == 3

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from art_core.store import ModelStore
 import art_core as art
 from art_core.sft import learning_rates, parse_sft_lines, train_sft_from_file
 from art_core.training.sft import TrainSFTConfig, tokenize_sft
@@ -140,7 +141,7 @@ async def test_sft_teaches_a_reply_and_grpo_continues_from_it(vllm_server, tiny_
     groups = await art.gather_trajectory_groups([art.TrajectoryGroup(rollout() for _ in range(4))], pbar_desc=None)
     trained = await backend.train(model, groups, learning_rate=1e-3)
     assert trained.step == 5  # GRPO continues the numbering from the SFT checkpoint
-    history = backend.storage.model("sft", "sft").read_history()
+    history = ModelStore(backend.storage, "sft", "sft").read_history()
     assert [r["step"] for r in history if "sft/loss" in r] == [1, 2, 3, 4]
     assert [r["step"] for r in history if "train/loss" in r] == [5]
     losses = [r["sft/loss"] for r in history if "sft/loss" in r]

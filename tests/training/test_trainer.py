@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from art_core.storage import Storage
+from art_core.store import ModelStore
 from art_core.trajectories import Trajectory, TrajectoryGroup
 from art_core.training.checkpoints import prune_checkpoints
 from art_core.training.config import TrainConfig
@@ -39,7 +40,7 @@ def _groups(seed: int, n_groups: int = 2, size: int = 4, length: int = 12) -> li
 
 
 def _adapter(store: Storage, name: str, step: int) -> dict[str, torch.Tensor]:
-    return load_file(os.path.join(store.checkpoint_path("p", name, step), "adapter_model.safetensors"))
+    return load_file(os.path.join(ModelStore(store, "p", name).checkpoint(step), "adapter_model.safetensors"))
 
 
 def test_a_step_trains_the_adapter_and_writes_a_complete_checkpoint(tiny_model_path, tmp_path, fresh_trainer):
@@ -47,7 +48,7 @@ def test_a_step_trains_the_adapter_and_writes_a_complete_checkpoint(tiny_model_p
     result = train_step(
         base_model=tiny_model_path, groups=_groups(0), config=CFG, storage=store, project="p", name="m", step=0
     )
-    assert result.step == 1 and result.checkpoint_path == store.checkpoint_path("p", "m", 1)
+    assert result.step == 1 and result.checkpoint_path == ModelStore(store, "p", "m").checkpoint(1)
     files = set(os.listdir(result.checkpoint_path))
     assert {
         "adapter_model.safetensors",
@@ -117,7 +118,7 @@ def test_a_step_with_nothing_to_learn_advances_and_says_why(tiny_model_path, tmp
     result = train_step(
         base_model=tiny_model_path, groups=groups, config=CFG, storage=store, project="p", name="m", step=1
     )
-    assert result.step == 2 and store.checkpoint_steps("p", "m") == [1, 2]
+    assert result.step == 2 and ModelStore(store, "p", "m").checkpoint_steps() == [1, 2]
     assert "no group had a reward signal" in result.metrics["nothing_trained_reason"]
     assert result.metrics["skipped_groups"] == 2 and result.metrics["trainable_tokens"] == 0
     before, after = _adapter(store, "m", 1), _adapter(store, "m", 2)
@@ -146,8 +147,8 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
     )
     a, b = _adapter(store, "one-go", 2), _adapter(store, "resumed", 2)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    opt_a = torch.load(os.path.join(store.checkpoint_path("p", "one-go", 2), "optimizer.pt"))
-    opt_b = torch.load(os.path.join(store.checkpoint_path("p", "resumed", 2), "optimizer.pt"))
+    opt_a = torch.load(os.path.join(ModelStore(store, "p", "one-go").checkpoint(2), "optimizer.pt"))
+    opt_b = torch.load(os.path.join(ModelStore(store, "p", "resumed").checkpoint(2), "optimizer.pt"))
     for k, s in opt_a["state"].items():
         assert torch.equal(s["exp_avg_sq"], opt_b["state"][k]["exp_avg_sq"])
     # A missing checkpoint is an error that says which steps exist.
@@ -169,15 +170,15 @@ def test_prune_keeps_the_latest_and_the_best(tmp_path):
     src.mkdir()
     (src / "adapter_model.safetensors").write_bytes(b"w")
     for step in range(1, 6):
-        store.put_dir(str(src), store.checkpoint_path("p", "m", step))
-    history = store.join(store.model_path("p", "m"), "history.jsonl")
+        store.put_dir(str(src), ModelStore(store, "p", "m").checkpoint(step))
+    history = ModelStore(store, "p", "m").history
     for step, val in [(1, 0.2), (2, 0.7), (3, 0.4), (4, None), (5, 0.1)]:
         record = {"step": step, "reward": 0.5}
         if val is not None:
             record["val/reward"] = val
         store.append_jsonl(history, record)
     assert prune_checkpoints(store, "p", "m", best_metric="val/reward") == [1, 3, 4]
-    assert store.checkpoint_steps("p", "m") == [2, 5]
+    assert ModelStore(store, "p", "m").checkpoint_steps() == [2, 5]
     assert prune_checkpoints(store, "p", "m") == []
 
 
@@ -215,7 +216,7 @@ def test_checkpoints_live_in_s3_and_resume_from_there(tiny_model_path, s3_root, 
         base_model=tiny_model_path, groups=_groups(6), config=CFG, storage=store, project="p", name="m", step=1
     )
     assert result.checkpoint_path == f"{s3_root}/p/models/m/checkpoints/0002"
-    assert store.checkpoint_steps("p", "m") == [1, 2]
+    assert ModelStore(store, "p", "m").checkpoint_steps() == [1, 2]
     assert store.exists(store.join(result.checkpoint_path, "adapter_model.safetensors"))
     assert prune_checkpoints(store, "p", "m") == [1]  # no val/reward in history: the latest is kept
 
