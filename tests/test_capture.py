@@ -1,5 +1,6 @@
 """Auto-captured trajectories (ART's `art.trajectory`, `current_trajectory`, `no_capture`, ...): a rollout that
-only makes OpenAI calls trains through LocalBackend, with no Trajectory built by hand."""
+only makes OpenAI calls trains through LocalBackend, with no Trajectory built by hand; streamed calls are
+recorded ready to train, or refused when the server streamed fewer sampled tokens than it counted."""
 
 from __future__ import annotations
 
