@@ -129,11 +129,8 @@ def _record(target: Trajectory, kwargs: dict[str, Any], choice: Any, n: int = 1)
     if n > 1:  # one trajectory holds one reply per turn, as in ART
         log.warning("capture: a request asked for %d choices; the first is recorded", n)
     if type(choice) is not Choice:  # parse()'s ParsedChoice: keep the plain Choice it extends
-        data = choice.model_dump()
-        data["message"].pop("parsed", None)
-        for call in data["message"].get("tool_calls") or []:
-            call.get("function", {}).pop("parsed_arguments", None)
-        choice = Choice.model_validate(data)
+        parsed = {"parsed": True, "tool_calls": {"__all__": {"function": {"parsed_arguments"}}}}
+        choice = Choice.model_validate(choice.model_dump(exclude={"message": parsed}))
     record_exchange(target, list(kwargs.get("messages") or []), choice, kwargs.get("tools"))
 
 

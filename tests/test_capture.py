@@ -188,3 +188,43 @@ async def test_a_stream_missing_sampled_tokens_is_refused():
         with pytest.raises(RuntimeError, match="call without stream=True"):
             [c async for c in stream]
     assert t.messages_and_choices == []
+
+
+async def test_parse_records_a_plain_choice():
+    """`parse` (structured outputs; LangChain's with_structured_output) is recorded like `create`, as the plain
+    Choice it extends, so the trajectory stores and trains as any other."""
+    import httpx
+    from openai import AsyncOpenAI
+    from openai.types.chat.chat_completion import Choice
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        word: str
+
+    token = {"token": "token_id:7", "logprob": -0.5, "bytes": None, "top_logprobs": []}
+    reply = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": '{"word": "ab"}'},
+                "logprobs": {"content": [token]},
+            }
+        ],
+    }
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=reply))
+    client = AsyncOpenAI(base_url="http://server/v1", api_key="x", http_client=httpx.AsyncClient(transport=transport))
+    messages = [{"role": "user", "content": "A word?"}]
+    with art.trajectory() as t:
+        parsed = await client.chat.completions.parse(model="m", messages=messages, response_format=Answer)
+    assert parsed.choices[0].message.parsed == Answer(word="ab")
+    [user, choice] = t.messages_and_choices
+    assert user == messages[0] and type(choice) is Choice and choice.message.content == '{"word": "ab"}'
+    assert (
+        art.Trajectory.model_validate_json(t.model_dump_json()).messages_and_choices[1].logprobs.content[0].logprob
+        == -0.5
+    )
