@@ -1,6 +1,6 @@
 """One training step's work, shared by both front doors: `LocalBackend.train` and the Prefect tasks.
 
-    gather_step(ref, rollout, step, policy, endpoint)   rollouts for step s, reused when already in storage
+    gather_step(ref, rollout, step, fingerprint, endpoint)   rollouts for step s, reused when already in storage
     train_and_record(store, base, groups, config, s)    checkpoint s + 1 and its history record, once
 
 Both are idempotent by what they leave in storage, so a crash at any point (SIGKILL included) resumes
@@ -50,9 +50,11 @@ class GatherOutcome(BaseModel):
     seconds: float = 0.0
 
 
-def inputs_key(ref: ModelRef, rollout: RolloutSpec, step: int, policy: str) -> str:
+def inputs_key(ref: ModelRef, rollout: RolloutSpec, step: int, checkpoint_fingerprint: str) -> str:
     """The inputs a step's rollouts depend on (not the server's URL), hashed; recorded in each group written."""
-    blob = json.dumps([ref.model_dump(mode="json"), rollout.model_dump(mode="json"), step, policy], sort_keys=True)
+    blob = json.dumps(
+        [ref.model_dump(mode="json"), rollout.model_dump(mode="json"), step, checkpoint_fingerprint], sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -60,7 +62,7 @@ def gather_step(
     ref: ModelRef,
     rollout: RolloutSpec,
     step: int,
-    policy: str,
+    checkpoint_fingerprint: str,
     endpoint: "Callable[[int], Endpoint | list[Endpoint]]",
     *,
     served_name: "Callable[[Endpoint], str] | None" = None,
@@ -86,7 +88,7 @@ def gather_step(
     store = ref.store()
     uri = store.trajectories("train", step)
     sampled = step if sample_step is None else sample_step
-    key = inputs_key(ref, rollout, step, policy)
+    key = inputs_key(ref, rollout, step, checkpoint_fingerprint)
     groups = store.read_groups(uri)  # None when missing, or unreadable (named in a warning)
     if groups is not None:
         trained = store.is_complete(step + 1)
@@ -168,7 +170,7 @@ def train_and_record(
     backfilled from the checkpoint. `servers` share the device with the trainer: each is put to sleep
     before training and woken after (both no-ops on CPU), so one GPU holds vLLM and the trainer in turn.
     """
-    from art_core.training.trainer import train_step
+    from art_core.training.trainer import train_grpo_step
 
     done = already_trained(store, groups, step + 1)
     if done is not None:
@@ -177,7 +179,7 @@ def train_and_record(
     for server in servers:
         server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
     try:
-        result = train_step(
+        result = train_grpo_step(
             base_model=base_model,
             groups=groups,
             config=config,

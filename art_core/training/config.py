@@ -8,6 +8,10 @@ defaults are summarised in docs/design.md ("GRPO choices"). Change one knob per 
     (8, 'clipped_ratio', 'token_mean')
 
 Fields under "experimental" may change meaning between releases.
+
+Two classes carry ART's name `TrainConfig`, as in ART: this one is `art.TrainConfig` (art_core.TrainConfig),
+and `art_core.dev.TrainConfig` is `art.dev.TrainConfig`, the TypedDict of `_config` keywords that
+`art_core.dev.resolve_train_config` maps onto this one.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def _sft_step(base_model, trajectories, config, train_config, storage, project, 
     if not trajectories:
         raise ValueError("no SFT examples were given: pass conversations that end with an assistant message")
     state = trainer._load(base_model, train_config)
-    trainer._restore(state, storage, project, name, step, train_config)
+    trainer._restore(state, storage, project, name, step)
     model, optimizer, tok = state.model, state.optimizer, state.tokenizer
     model.train()
     trainer._set_hyperparameters(optimizer, train_config)

@@ -1,6 +1,6 @@
 """The GRPO train step: trajectory groups in, a trained LoRA checkpoint out. Synchronous and heavy.
 
-    result = train_step(base_model="/models/tiny", groups=groups, config=TrainConfig(learning_rate=2e-3),
+    result = train_grpo_step(base_model="/models/tiny", groups=groups, config=TrainConfig(learning_rate=2e-3),
                         storage=Storage("./.art"), project="demo", name="agent", step=0)
     result.step, result.checkpoint_path    # 1, './.art/demo/models/agent/checkpoints/0001'
 
@@ -63,10 +63,10 @@ class _Loaded:
 
     model: Any  # peft.PeftModel
     tokenizer: Any
-    optimizer: Any  # torch.optim.AdamW over the LoRA parameters
     device: Any
     lora_key: tuple
     initial_adapter: dict[str, Any]  # the seeded fresh LoRA, restored when a new run starts at step 0
+    optimizer: Any = None  # torch.optim.AdamW over the LoRA parameters, built by _restore
     owner: tuple | None = None  # (storage root, project, name, step) whose state is in memory now
 
 
@@ -119,14 +119,12 @@ def _load(base_model: str, config: TrainConfig) -> _Loaded:
     model = get_peft_model(model, lora)
     model.train()
     initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
-    loaded = _Loaded(model, tokenizer, optimizer, device, lora_key, initial)
+    loaded = _Loaded(model, tokenizer, device, lora_key, initial)
     _CACHE[base_model] = loaded
     return loaded
 
 
-def _restore(state: _Loaded, storage: Storage, project: str, name: str, step: int, config: TrainConfig) -> None:
+def _restore(state: _Loaded, storage: Storage, project: str, name: str, step: int) -> None:
     """Put the adapter and optimizer of checkpoint `step` in memory (nothing to do if they are there)."""
     import torch
     from peft import set_peft_model_state_dict
@@ -135,7 +133,9 @@ def _restore(state: _Loaded, storage: Storage, project: str, name: str, step: in
     if state.owner == owner:
         return
     params = [p for p in state.model.parameters() if p.requires_grad]
-    state.optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    # Hyperparameters are not set here: a checkpoint's optimizer state brings its own, and _set_hyperparameters
+    # writes this step's over them.
+    state.optimizer = torch.optim.AdamW(params)
     if step == 0:
         set_peft_model_state_dict(state.model, state.initial_adapter)
     else:
@@ -144,7 +144,8 @@ def _restore(state: _Loaded, storage: Storage, project: str, name: str, step: in
 
 
 def _set_hyperparameters(optimizer: Any, config: TrainConfig) -> None:
-    # Written every step (as ART does) so a run can change them between steps without losing Adam state.
+    # The one place the learning rate (and Adam's settings) reach the optimizer: written every step, after any
+    # restore (as ART does), so a run can change them between steps without losing Adam's state.
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate
         group["betas"] = (config.adam_beta1, config.adam_beta2)
@@ -217,7 +218,7 @@ def prepare_sequences(
     return out, counts
 
 
-def train_step(
+def train_grpo_step(
     *,
     base_model: str,
     groups: list[TrajectoryGroup],
@@ -230,7 +231,7 @@ def train_step(
     """Train one GRPO step from checkpoint `step` and save checkpoint `step + 1` (see the module docstring)."""
     with _LOCK:
         try:
-            return _train_step(base_model, groups, config, storage, project, name, step)
+            return _train_grpo_step(base_model, groups, config, storage, project, name, step)
         except BaseException:
             # The adapter may be half-updated: make the next step reload from storage.
             if base_model in _CACHE:
@@ -268,12 +269,12 @@ def pass_shape(model: Any, config: TrainConfig, device: Any) -> tuple[int, int, 
     return per_pass, per_row, checkpointing, attention
 
 
-def _train_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
+def _train_grpo_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
     started = time.time()
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     state = _load(base_model, config)
-    _restore(state, storage, project, name, step, config)
+    _restore(state, storage, project, name, step)
     model, optimizer, device = state.model, state.optimizer, state.device
     model.train()  # callers may have sampled from the cached model in eval mode (LoRA dropout must be on)
     _set_hyperparameters(optimizer, config)

@@ -70,14 +70,14 @@ if phase == "rollouts_written":
 elif phase == "training":
     import art_core.training.trainer as trainer
 
-    train_step = trainer.train_step
+    real_train = trainer.train_grpo_step
 
     def patched(*args, **kwargs):
         if kwargs.get("step") == 1:
             die()
-        return train_step(*args, **kwargs)
+        return real_train(*args, **kwargs)
 
-    trainer.train_step = patched
+    trainer.train_grpo_step = patched
 else:
     record = ModelStore.record
 

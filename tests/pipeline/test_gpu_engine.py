@@ -19,13 +19,13 @@ def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(
     from flows.train import train
 
     seen: list[bool] = []
-    real = trainer.train_step
+    real = trainer.train_grpo_step
 
     def spy(**kwargs):
         seen.extend(s.is_sleeping() for s in PROCESS_POOL.servers())
         return real(**kwargs)
 
-    monkeypatch.setattr(trainer, "train_step", spy)
+    monkeypatch.setattr(trainer, "train_grpo_step", spy)
     cfg = RunConfig(
         project="gpu",
         model="agent",

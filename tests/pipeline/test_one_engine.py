@@ -62,12 +62,12 @@ def test_lora_rank_16_trains_three_steps_sampling_each_new_adapter_and_sleeping_
     from flows.train import train
 
     events: list[str] = []
-    real_sleep, real_wake, real_train = VLLMServer.sleep, VLLMServer.wake_up, trainer.train_step
+    real_sleep, real_wake, real_train = VLLMServer.sleep, VLLMServer.wake_up, trainer.train_grpo_step
     monkeypatch.setattr(
         VLLMServer, "sleep", lambda self, *a, **k: (events.append("sleep"), real_sleep(self, *a, **k))[1]
     )
     monkeypatch.setattr(VLLMServer, "wake_up", lambda self: (events.append("wake"), real_wake(self))[1])
-    monkeypatch.setattr(trainer, "train_step", lambda **k: (events.append("train"), real_train(**k))[1])
+    monkeypatch.setattr(trainer, "train_grpo_step", lambda **k: (events.append("train"), real_train(**k))[1])
     root = str(tmp_path / "art")
     cfg = run_config(
         tiny_model_path,

@@ -1,4 +1,4 @@
-"""Loss options through train_step on the tiny model: the KL penalty against a stored adapter, and a GSPO +
+"""Loss options through train_grpo_step on the tiny model: the KL penalty against a stored adapter, and a GSPO +
 truncated-IS + Dr. GRPO step whose metrics say the options acted."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from art_core.storage import Storage
 from art_core.training.config import TrainConfig
-from art_core.training.trainer import train_step
+from art_core.training.trainer import train_grpo_step
 from tests.training.test_trainer import _groups
 
 CFG = TrainConfig(learning_rate=1e-2)
@@ -18,11 +18,11 @@ CFG = TrainConfig(learning_rate=1e-2)
 
 def test_kl_penalty_measures_against_a_stored_adapter(tiny_model_path, tmp_path, fresh_trainer):
     store = Storage(str(tmp_path))
-    ref = train_step(
+    ref = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(0), config=CFG, storage=store, project="p", name="ref", step=0
     )
     # A fresh LoRA (B = 0) is the base model: its KL to the base is 0, its KL to the trained adapter is not.
-    to_base = train_step(
+    to_base = train_grpo_step(
         base_model=tiny_model_path,
         groups=_groups(1),
         config=CFG.model_copy(update={"beta": 0.1}),
@@ -32,19 +32,19 @@ def test_kl_penalty_measures_against_a_stored_adapter(tiny_model_path, tmp_path,
         step=0,
     )
     cfg = CFG.model_copy(update={"beta": 0.1, "kl_ref_adapter_path": ref.checkpoint_path})
-    to_ref = train_step(
+    to_ref = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(1), config=cfg, storage=store, project="p", name="b", step=0
     )
     assert to_base.metrics["kl"] == pytest.approx(0.0, abs=1e-7)
     assert to_ref.metrics["kl"] > 1e-4
     assert not [f for f in os.listdir(to_ref.checkpoint_path) if f.startswith("kl_ref")]  # only the trained adapter
     # The trained adapter stays the one that trains: a second step from checkpoint 1 still moves it.
-    again = train_step(
+    again = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(2), config=cfg, storage=store, project="p", name="b", step=1
     )
     assert again.metrics["grad_norm"] > 0 and math.isfinite(again.metrics["loss"])
     with pytest.raises(FileNotFoundError, match="kl_ref_adapter_path"):
-        train_step(
+        train_grpo_step(
             base_model=tiny_model_path,
             groups=_groups(2),
             storage=store,
@@ -71,7 +71,7 @@ def test_gspo_truncated_is_and_dr_grpo_report_what_they_did(tiny_model_path, tmp
         for traj in group.trajectories:
             for item in traj.messages_and_choices[-1].logprobs.content:
                 item.logprob = -9.5
-    m = train_step(
+    m = train_grpo_step(
         base_model=tiny_model_path,
         groups=groups,
         config=cfg,

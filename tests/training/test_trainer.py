@@ -1,4 +1,4 @@
-"""train_step end to end on the tiny model: checkpoints, bad input, empty steps, exact resume, pruning."""
+"""train_grpo_step end to end on the tiny model: checkpoints, bad input, empty steps, exact resume, pruning."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from art_core.store import ModelStore
 from art_core.trajectories import Trajectory, TrajectoryGroup
 from art_core.training.checkpoints import prune_checkpoints
 from art_core.training.config import TrainConfig
-from art_core.training.trainer import TrainingDataWarning, clear_model_cache, train_step
+from art_core.training.trainer import TrainingDataWarning, clear_model_cache, train_grpo_step
 from tests.training.rollouts_hf import make_choice
 
 CFG = TrainConfig(learning_rate=1e-2)
@@ -45,7 +45,7 @@ def _adapter(store: Storage, name: str, step: int) -> dict[str, torch.Tensor]:
 
 def test_a_step_trains_the_adapter_and_writes_a_complete_checkpoint(tiny_model_path, tmp_path, fresh_trainer):
     store = Storage(str(tmp_path))
-    result = train_step(
+    result = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(0), config=CFG, storage=store, project="p", name="m", step=0
     )
     assert result.step == 1 and result.checkpoint_path == ModelStore(store, "p", "m").checkpoint(1)
@@ -89,7 +89,7 @@ def test_bad_input_is_named_dropped_and_the_rest_trains(tiny_model_path, tmp_pat
     )
     groups.append(TrajectoryGroup([]))
     with pytest.warns(TrainingDataWarning) as caught:
-        result = train_step(
+        result = train_grpo_step(
             base_model=tiny_model_path,
             groups=groups,
             config=CFG.model_copy(update={"max_seq_len": 100}),
@@ -114,8 +114,10 @@ def test_a_step_with_nothing_to_learn_advances_and_says_why(tiny_model_path, tmp
     for g in groups:
         for t in g.trajectories:
             t.reward = 0.5
-    train_step(base_model=tiny_model_path, groups=_groups(3), config=CFG, storage=store, project="p", name="m", step=0)
-    result = train_step(
+    train_grpo_step(
+        base_model=tiny_model_path, groups=_groups(3), config=CFG, storage=store, project="p", name="m", step=0
+    )
+    result = train_grpo_step(
         base_model=tiny_model_path, groups=groups, config=CFG, storage=store, project="p", name="m", step=1
     )
     assert result.step == 2 and ModelStore(store, "p", "m").checkpoint_steps() == [1, 2]
@@ -129,7 +131,7 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
     store = Storage(str(tmp_path))
     cfg = CFG.model_copy(update={"weight_decay": 0.1, "max_grad_norm": 0.5})
     for step in range(2):  # two steps in one go, the model kept in memory between them
-        train_step(
+        train_grpo_step(
             base_model=tiny_model_path,
             groups=_groups(10 + step),
             config=cfg,
@@ -138,11 +140,11 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
             name="one-go",
             step=step,
         )
-    train_step(
+    train_grpo_step(
         base_model=tiny_model_path, groups=_groups(10), config=cfg, storage=store, project="p", name="resumed", step=0
     )
     clear_model_cache()  # as if the process had died: step 1 must come from storage
-    train_step(
+    train_grpo_step(
         base_model=tiny_model_path, groups=_groups(11), config=cfg, storage=store, project="p", name="resumed", step=1
     )
     a, b = _adapter(store, "one-go", 2), _adapter(store, "resumed", 2)
@@ -153,7 +155,7 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
         assert torch.equal(s["exp_avg_sq"], opt_b["state"][k]["exp_avg_sq"])
     # A missing checkpoint is an error that says which steps exist.
     with pytest.raises(FileNotFoundError, match=r"no complete checkpoint for step 5.*complete steps: \[1, 2\]"):
-        train_step(
+        train_grpo_step(
             base_model=tiny_model_path,
             groups=_groups(0),
             config=cfg,
@@ -162,6 +164,38 @@ def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path,
             name="resumed",
             step=5,
         )
+
+
+def test_a_learning_rate_changed_between_steps_is_the_one_used(tiny_model_path, tmp_path, fresh_trainer):
+    """Step 1 trains at its own learning rate, whether the optimizer stayed in memory or came back from checkpoint
+    1 (whose saved state carries step 0's rate): Adam's update is linear in the rate, so twice the rate moves the
+    adapter twice as far from the same checkpoint."""
+    store = Storage(str(tmp_path))
+    lr = 1e-3
+    moved = {}
+    for name, step1_lr, reload in (("kept", lr, False), ("reloaded", 2 * lr, True)):
+        train_grpo_step(
+            base_model=tiny_model_path, groups=_groups(20), config=CFG, storage=store, project="p", name=name, step=0
+        )
+        if reload:
+            clear_model_cache()
+        train_grpo_step(
+            base_model=tiny_model_path,
+            groups=_groups(21),
+            config=CFG.model_copy(update={"learning_rate": step1_lr}),
+            storage=store,
+            project="p",
+            name=name,
+            step=1,
+        )
+        saved = torch.load(os.path.join(ModelStore(store, "p", name).checkpoint(2), "optimizer.pt"))
+        assert [g["lr"] for g in saved["param_groups"]] == [step1_lr]
+        one, two = _adapter(store, name, 1), _adapter(store, name, 2)
+        moved[name] = {k: two[k] - one[k] for k in one if "lora_B" in k}
+    assert all(torch.equal(_adapter(store, "kept", 1)[k], v) for k, v in _adapter(store, "reloaded", 1).items())
+    for k, v in moved["kept"].items():
+        assert v.abs().sum() > 0
+        assert torch.allclose(moved["reloaded"][k], 2 * v, rtol=1e-3, atol=1e-7), k
 
 
 def test_prune_keeps_the_latest_and_the_best(tmp_path):
@@ -184,7 +218,7 @@ def test_prune_keeps_the_latest_and_the_best(tmp_path):
 
 def test_kl_penalty_against_the_base_model_and_several_optimizer_steps(tiny_model_path, tmp_path, fresh_trainer):
     store = Storage(str(tmp_path))
-    one = train_step(
+    one = train_grpo_step(
         base_model=tiny_model_path,
         groups=_groups(4),
         config=CFG.model_copy(update={"beta": 0.1}),
@@ -195,7 +229,7 @@ def test_kl_penalty_against_the_base_model_and_several_optimizer_steps(tiny_mode
     )
     # Step 0 starts from a zero LoRA B: the policy is the base model, so KL to it is exactly 0.
     assert one.metrics["kl"] == 0.0
-    two = train_step(
+    two = train_grpo_step(
         base_model=tiny_model_path,
         groups=_groups(4),
         config=CFG.model_copy(update={"beta": 0.1, "num_optimizer_steps": 2}),
@@ -210,9 +244,11 @@ def test_kl_penalty_against_the_base_model_and_several_optimizer_steps(tiny_mode
 
 def test_checkpoints_live_in_s3_and_resume_from_there(tiny_model_path, s3_root, fresh_trainer):
     store = Storage(s3_root)
-    train_step(base_model=tiny_model_path, groups=_groups(5), config=CFG, storage=store, project="p", name="m", step=0)
+    train_grpo_step(
+        base_model=tiny_model_path, groups=_groups(5), config=CFG, storage=store, project="p", name="m", step=0
+    )
     clear_model_cache()
-    result = train_step(
+    result = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(6), config=CFG, storage=store, project="p", name="m", step=1
     )
     assert result.checkpoint_path == f"{s3_root}/p/models/m/checkpoints/0002"
@@ -246,7 +282,7 @@ def test_recomputed_old_logprobs_keep_learning_after_constrained_sampling(tiny_m
     """With the sampler's masked logprobs the ratio collapses to ~exp(-8) and the clip mutes the step;
     old_logprobs="recompute" measures the ratio against the policy itself, so it starts at exactly 1."""
     store = Storage(str(tmp_path))
-    sampler = train_step(
+    sampler = train_grpo_step(
         base_model=tiny_model_path,
         groups=_masked_groups(),
         config=CFG,
@@ -256,7 +292,7 @@ def test_recomputed_old_logprobs_keep_learning_after_constrained_sampling(tiny_m
         step=0,
     ).metrics
     clear_model_cache()
-    recompute = train_step(
+    recompute = train_grpo_step(
         base_model=tiny_model_path,
         groups=_masked_groups(),
         config=CFG.model_copy(update={"old_logprobs": "recompute"}),
@@ -274,7 +310,7 @@ def test_recomputed_old_logprobs_keep_learning_after_constrained_sampling(tiny_m
 def test_a_checkpoint_carries_the_base_models_tokenizer(tiny_model_path, tmp_path, fresh_trainer):
     from transformers import AutoTokenizer
 
-    result = train_step(
+    result = train_grpo_step(
         base_model=tiny_model_path,
         groups=_groups(8),
         config=CFG,
@@ -304,7 +340,7 @@ def test_memory_savers_change_memory_not_results(tiny_model_path, tmp_path, fres
     }
     adapters, metrics = {}, {}
     for name, cfg in runs.items():
-        metrics[name] = train_step(
+        metrics[name] = train_grpo_step(
             base_model=tiny_model_path, groups=_groups(9), config=cfg, storage=store, project="p", name=name, step=0
         ).metrics
         adapters[name] = _adapter(store, name, 1)
@@ -377,10 +413,10 @@ def test_default_step_on_cuda_checkpoints_uses_flex_and_stays_small(tiny_model_p
         for g in range(8)
     ]
     store = Storage(str(tmp_path / "store"))
-    default = train_step(
+    default = train_grpo_step(
         base_model=path, groups=groups, config=CFG, storage=store, project="p", name="d", step=0
     ).metrics
-    plain = train_step(
+    plain = train_grpo_step(
         base_model=path,
         groups=groups,
         storage=store,
