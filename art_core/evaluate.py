@@ -52,7 +52,7 @@ def pass_hat_k(successes: int, attempts: int, k: int) -> float:
     return math.comb(successes, k) / math.comb(attempts, k)
 
 
-def summarize(
+def eval_report(
     groups: list[TrajectoryGroup], *, model: str, step: int, split: str, trials: int, success_threshold: float = 1.0
 ) -> EvalReport:
     """An EvalReport from finished groups (one group per scenario, `trials` attempts in each).
@@ -98,7 +98,7 @@ async def evaluate_model(
     success_threshold: float = 1.0,
     sampling: dict[str, Any] | None = None,
 ) -> tuple[EvalReport, list[TrajectoryGroup]]:
-    """Roll out the first `scenarios` of `split`, `trials` times each, and summarize.
+    """Roll out the first `scenarios` of `split`, `trials` times each, and summarize them.
 
     Returns the report and the groups (to store next to it).
     """
@@ -107,7 +107,9 @@ async def evaluate_model(
         raise ValueError(f"environment {env.name!r} has no {split!r} scenarios to evaluate on")
     t0 = time.perf_counter()
     groups = await rollout_groups(env, endpoint, model, chosen, trials, sampling=sampling, pbar_desc=f"eval {split}")
-    report = summarize(groups, model=model, step=step, split=split, trials=trials, success_threshold=success_threshold)
+    report = eval_report(
+        groups, model=model, step=step, split=split, trials=trials, success_threshold=success_threshold
+    )
     report.seconds = time.perf_counter() - t0
     return report, groups
 

@@ -61,8 +61,8 @@ def plain_loop(cfg, steps: int) -> list[float]:
     times = []
     for step in range(steps):
         t0 = time.perf_counter()
-        policy = checkpoint_fingerprint(store.storage, ref.project, ref.model, step)
-        gathered = gather_step(ref, rollout, step, policy, lambda rank: endpoint)
+        fingerprint = checkpoint_fingerprint(store.storage, ref.project, ref.model, step)
+        gathered = gather_step(ref, rollout, step, fingerprint, lambda rank: endpoint)
         train_and_record(store, ref.base_model, store.read_groups(gathered.uri), cfg.train, step)
         times.append(time.perf_counter() - t0)
     return times

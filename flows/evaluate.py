@@ -21,7 +21,7 @@ from flows.config import EvaluateConfig
 from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
-from flows.train import policy_of, refs
+from flows.train import checkpoint_fingerprint_of, refs
 from tasks import evaluate, evaluate_prompted, result_storage_for
 
 
@@ -45,12 +45,12 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     e = run.eval
 
     def one(step: int) -> EvalReport:
-        policy = policy_of(ref, step)
+        fingerprint = checkpoint_fingerprint_of(ref, step)
         return task(
             ref,
             rollout,
             step,
-            policy,
+            fingerprint,
             e.split,
             e.scenarios,
             e.trials,

@@ -21,7 +21,7 @@ from flows.deploy import deploy_to_target
 from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
 from flows.lifetime import guard_temporary_server
-from flows.train import policy_of, refs, train
+from flows.train import checkpoint_fingerprint_of, refs, train
 from tasks import evaluate, export_adapter, result_storage_for
 
 
@@ -52,9 +52,9 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     e = run.eval
 
     def reward_of(step: int) -> float:
-        policy = policy_of(ref, step)
+        fingerprint = checkpoint_fingerprint_of(ref, step)
         return task(
-            ref, rollout, step, policy, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url
+            ref, rollout, step, fingerprint, e.split, e.scenarios, e.trials, e.success_threshold, run.inference_url
         ).reward
 
     old = read_promoted(storage, run.project, run.model)

@@ -4,10 +4,10 @@
 
 Each epoch trains the model's LoRA adapter from its latest checkpoint and writes the next one, so the
 train flow (GRPO) with the same storage, project, model and LoRA settings continues from the last SFT
-checkpoint, its step numbering included (give it `steps` = SFT epochs + GRPO steps). Running the flow
-again with the same data and settings trains nothing: its epochs map to the same checkpoints, recorded
-under `{model}/sft/`, and each epoch task ends Cached when its checkpoint exists; a crashed run resumes at
-the first epoch without one.
+checkpoint, its step numbering included (give it `steps` = SFT epochs + GRPO steps; it rolls out nothing for
+the steps SFT checkpointed). Running the flow again with the same data and settings trains nothing: its
+epochs map to the same checkpoints, recorded under `{model}/sft/`, and each epoch task ends Cached when its
+checkpoint exists; a crashed run resumes at the first epoch without one.
 """
 
 from __future__ import annotations

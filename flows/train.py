@@ -4,12 +4,14 @@
 
 or from the Prefect UI through the `train` deployment (deployments/prefect.yaml). Running it again with
 the same config resumes: rollouts come from the cache in storage, steps whose checkpoint exists are not
-trained again, so a crashed or killed run picks up where it stopped.
+trained again, so a crashed or killed run picks up where it stopped. Steps checkpointed without rollouts
+(the sft flow's epochs) are not rolled out at all: the first rollouts sample the last such checkpoint.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from prefect import flow, get_run_logger
@@ -18,6 +20,7 @@ from pydantic import BaseModel
 from art_core.fanout import Replicas
 from art_core.rollouts import RolloutSpec, checkpoint_fingerprint
 from art_core.serving import server_lora_rank
+from art_core.step import GatherOutcome
 from art_core.store import ModelRef
 from flows.config import RunConfig
 from flows.lifetime import guard_temporary_server
@@ -25,6 +28,7 @@ from flows.overrides import warn_if_config_replaced
 from flows.queue import device_slot
 from flows.reporting import publish_run_report
 from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
+from tasks.specs import ScoreResult
 
 
 class TrainSummary(BaseModel):
@@ -67,7 +71,7 @@ def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSp
     return ref, rollout
 
 
-def policy_of(ref: ModelRef, step: int) -> str:
+def checkpoint_fingerprint_of(ref: ModelRef, step: int) -> str:
     """The fingerprint of the weights step `step` samples from (art_core.rollouts.checkpoint_fingerprint)."""
     return checkpoint_fingerprint(ref.storage(), ref.project, ref.model, step)
 
@@ -133,7 +137,7 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
     def start_gather(step: int):
         """Submit step `step`'s rollouts: from checkpoint `step` (k = 0), else the newest complete one."""
         sample = step if not k else max(s for s in [0, *store.checkpoint_steps()] if s <= step)
-        args = (ref, rollout, step, policy_of(ref, sample), url, rank)
+        args = (ref, rollout, step, checkpoint_fingerprint_of(ref, sample), url, rank)
         extra = {"server": server} if replicas is None else {"replicas": replicas}
         if not k:  # synchronous: runs in the flow's thread when its result is asked for
             return _Done(lambda: gather(*args, **extra)), args, extra
@@ -153,10 +157,74 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
         # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
         return _Done(lambda: train_step(ref, scored_uri, step, config.train, url, return_state=True).result())
 
-    gathers = {0: start_gather(0)}
-    training = None  # what _finish needs of the step being trained: its step, timings, outcomes and future
+    def finish(running: _Training) -> None:
+        """Wait for a step's training, record it in the summary, print its line, evaluate when due."""
+        step, gathered, scored = running.step, running.gathered, running.scored
+        trained = running.future.result()
+        summary.step_done_at[step + 1] = time.time()
+        summary.step_seconds[step + 1] = time.perf_counter() - running.started
+        summary.phase_seconds[step + 1] = {
+            "gather": gathered.seconds,
+            "score": scored.seconds,
+            "train": trained.seconds,
+        }
+        summary.rewards[step + 1] = scored.summary["reward"]
+        summary.checkpoints[trained.step] = trained.checkpoint_uri
+        if trained.trained:
+            summary.trained_steps.append(trained.step)
+        age = trained.metrics.get("staleness")
+        if age is not None:
+            summary.staleness[step + 1] = age
+        print(
+            f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
+            f"reward {scored.summary['reward']:.3f}; gather {running.gather_s:.1f}s, score {running.score_s:.1f}s, "
+            f"train {trained.seconds:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
+            + (f", sampled {age:g} step(s) behind" if age else "")
+        )
+        evaluate_if_due(trained.step)
+
+    def evaluate_if_due(checkpoint: int) -> None:
+        if not config.eval_every or (checkpoint % config.eval_every and checkpoint != n):
+            return
+        e = config.eval
+        report = evaluate_step(
+            ref,
+            eval_rollout,
+            checkpoint,
+            checkpoint_fingerprint_of(ref, checkpoint),
+            e.split,
+            e.scenarios,
+            e.trials,
+            e.success_threshold,
+            url,
+            rank,
+            server,
+        )
+        if store.read_eval(checkpoint) is None:  # cached, but its file was lost or damaged: write it back
+            store.write_eval(checkpoint, report.model_dump(mode="json"))
+        summary.evaluations[checkpoint] = report.reward
+        print(f"  eval step {checkpoint} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
+
+    def trained_elsewhere(step: int) -> bool:
+        """Checkpoint `step + 1` exists and no rollouts of step `step` do: it was not trained here on rollouts
+        (SFT's epochs), so there is nothing to gather, score or train for it."""
+        return store.is_complete(step + 1) and not store.storage.exists(store.trajectories("train", step))
+
+    per_step = config.groups_per_step * config.group_size
+    gathers: dict[int, Any] = {}
+    training: _Training | None = None  # the step being trained, recorded by finish() once its checkpoint exists
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
+        if trained_elsewhere(step):
+            if training is not None:
+                finish(training)
+                training = None
+            summary.checkpoints[step + 1] = store.checkpoint(step + 1)
+            print(f"step {step + 1}/{n}: checkpoint {step + 1} was trained without rollouts (SFT): nothing to gather")
+            evaluate_if_due(step + 1)
+            continue
         t0 = time.perf_counter()
+        if step not in gathers:
+            gathers[step] = start_gather(step)
         future, args, extra = gathers.pop(step)
         gathered = future.result()
         if store.read_groups(gathered.uri) is None:  # the cache outlived its file (deleted, truncated): again
@@ -167,21 +235,33 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
             scored = score.with_options(refresh_cache=True)(ref, gathered.uri, gathered.fingerprint, step, config.judge)
         t2 = time.perf_counter()
         if training is not None:  # checkpoint `step` must exist before step `step` trains from it
-            _finish(config, ref, summary, *training, eval_rollout, evaluate_step, url, rank)
-        training = (step, t0, t1 - t0, t2 - t1, gathered, scored, train_one(step, scored.uri))
+            finish(training)
+        training = _Training(step, t0, t1 - t0, t2 - t1, gathered, scored, train_one(step, scored.uri))
         if k:  # the next k steps' rollouts are gathered while this step trains
             for later in range(step + 1, min(n, step + 1 + k)):
-                if later not in gathers:
+                if later not in gathers and not trained_elsewhere(later):
                     gathers[later] = start_gather(later)
-        elif step + 1 < n:
-            _finish(config, ref, summary, *training, eval_rollout, evaluate_step, url, rank)
+        else:
+            finish(training)
             training = None
-            gathers[step + 1] = start_gather(step + 1)
     if training is not None:
-        _finish(config, ref, summary, *training, eval_rollout, evaluate_step, url, rank)
+        finish(training)
 
     summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
     return summary
+
+
+@dataclass
+class _Training:
+    """A step whose training was started: what the summary and the step's printed line need of it."""
+
+    step: int
+    started: float  # perf_counter() when its gather began
+    gather_s: float
+    score_s: float
+    gathered: GatherOutcome
+    scored: ScoreResult
+    future: Any  # a Prefect future or _Done; its result is the TrainStepResult
 
 
 class _Done:
@@ -195,60 +275,3 @@ class _Done:
         if not self.done:
             self.value, self.done = self.run(), True
         return self.value
-
-
-def _finish(
-    config: RunConfig,
-    ref: ModelRef,
-    summary: TrainSummary,
-    step: int,
-    t0: float,
-    gather_s: float,
-    score_s: float,
-    gathered,
-    scored,
-    future,
-    eval_rollout,
-    evaluate_step,
-    url,
-    rank,
-) -> None:
-    """Wait for step `step`'s training, record it in the summary, print its line, evaluate when due."""
-    n, per_step = config.steps, config.groups_per_step * config.group_size
-    trained = future.result()
-    t3 = time.perf_counter()
-    summary.step_done_at[step + 1] = time.time()
-    summary.step_seconds[step + 1] = t3 - t0
-    summary.phase_seconds[step + 1] = {"gather": gathered.seconds, "score": scored.seconds, "train": trained.seconds}
-    summary.rewards[step + 1] = scored.summary["reward"]
-    summary.checkpoints[trained.step] = trained.checkpoint_uri
-    if trained.trained:
-        summary.trained_steps.append(trained.step)
-    age = trained.metrics.get("staleness")
-    if age is not None:
-        summary.staleness[step + 1] = age
-    print(
-        f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
-        f"reward {scored.summary['reward']:.3f}; gather {gather_s:.1f}s, score {score_s:.1f}s, "
-        f"train {trained.seconds:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
-        + (f", sampled {age:g} step(s) behind" if age else "")
-    )
-    if config.eval_every and ((step + 1) % config.eval_every == 0 or step + 1 == n):
-        e, store = config.eval, ref.store()
-        report = evaluate_step(
-            ref,
-            eval_rollout,
-            trained.step,
-            policy_of(ref, trained.step),
-            e.split,
-            e.scenarios,
-            e.trials,
-            e.success_threshold,
-            url,
-            rank,
-            config.server.model_dump(exclude_unset=True) or None,
-        )
-        if store.read_eval(trained.step) is None:  # cached, but its file was lost or damaged: write it back
-            store.write_eval(trained.step, report.model_dump(mode="json"))
-        summary.evaluations[trained.step] = report.reward
-        print(f"  eval step {trained.step} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")

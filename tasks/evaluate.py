@@ -30,7 +30,7 @@ def evaluate(
     ref: ModelRef,
     rollout: RolloutSpec,
     step: int,
-    policy: str,
+    checkpoint_fingerprint: str,
     split: str = "val",
     scenarios: int = 8,
     trials: int = 1,
@@ -41,7 +41,7 @@ def evaluate(
 ) -> EvalReport:
     """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`.
 
-    `policy` (the checkpoint's fingerprint) keys the cache on the weights, as in gather_trajectories.
+    `checkpoint_fingerprint` keys the cache on the weights, as in gather_trajectories.
     """
     report = evaluate_step(
         ref,

@@ -6,7 +6,7 @@ Without a cache hit the rollouts in storage are still reused when a checkpoint w
 when the same inputs wrote them: Prefect commits its cache record only after the task is Completed, and
 a crash in between must not roll out again. An unreadable file is rolled out again, with a warning.
 
-    result = gather_trajectories(ref, rollout, step=0, policy="base", inference_url=None)
+    result = gather_trajectories(ref, rollout, step=0, checkpoint_fingerprint="base", inference_url=None)
     result.uri      # '.../demo/models/agent-001/trajectories/train/0000.jsonl'
 """
 
@@ -33,7 +33,7 @@ def gather_trajectories(
     ref: ModelRef,
     rollout: RolloutSpec,
     step: int,
-    policy: str,
+    checkpoint_fingerprint: str,
     inference_url: str | None = None,
     max_lora_rank: int = 8,
     replicas: Replicas | None = None,
@@ -44,7 +44,7 @@ def gather_trajectories(
     """Roll out `groups_per_step` scenarios `group_size` times each with the model at checkpoint `step`
     (or `sample_step`, for asynchronous steps), over every replica of `replicas` when given.
 
-    `policy` is the sampled checkpoint's fingerprint (art_core.rollouts.checkpoint_fingerprint): it is
+    `checkpoint_fingerprint` is the sampled checkpoint's (art_core.rollouts.checkpoint_fingerprint): it is
     only here so that the cache key changes when the weights do. `server`: the run's server settings
     (ServerOptions fields) for a server this process starts.
     """
@@ -59,7 +59,7 @@ def gather_trajectories(
         ref,
         rollout,
         step,
-        policy,
+        checkpoint_fingerprint,
         run=run_sync,
         endpoint=endpoints,
         sample_step=sample_step,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from art_core.evaluate import pass_hat_k, summarize
+from art_core.evaluate import pass_hat_k, eval_report
 from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup
 
 
@@ -23,7 +23,7 @@ def _group(scenario, rewards, failed=0):
 
 def test_summarize_averages_over_scenarios_and_counts_failures_as_misses():
     groups = [_group("a", [1.0, 1.0, 0.0, 1.0]), _group("b", [1.0, 0.0], failed=2)]
-    report = summarize(groups, model="agent@3", step=3, split="val", trials=4)
+    report = eval_report(groups, model="agent@3", step=3, split="val", trials=4)
     assert report.reward == pytest.approx(4 / 6)
     assert report.pass_k[1] == pytest.approx((3 / 4 + 1 / 4) / 2)
     assert report.pass_k[2] == pytest.approx((3 / 6 + 0 / 6) / 2)
@@ -32,5 +32,5 @@ def test_summarize_averages_over_scenarios_and_counts_failures_as_misses():
 
 def test_success_threshold_decides_what_passes():
     groups = [_group("a", [0.5, 0.5])]
-    assert summarize(groups, model="m", step=0, split="val", trials=2).pass_k[1] == 0.0
-    assert summarize(groups, model="m", step=0, split="val", trials=2, success_threshold=0.5).pass_k[1] == 1.0
+    assert eval_report(groups, model="m", step=0, split="val", trials=2).pass_k[1] == 0.0
+    assert eval_report(groups, model="m", step=0, split="val", trials=2, success_threshold=0.5).pass_k[1] == 1.0

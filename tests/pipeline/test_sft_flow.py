@@ -53,6 +53,10 @@ def test_sft_flow_resumes_and_grpo_continues_its_numbering(
     grpo = run_config(tiny_model_path, storage, vllm_endpoint.base_url, name="warm", steps=3, eval_every=0)
     summary, _ = run_flow(grpo)
     assert summary.trained_steps == [3]  # checkpoints 1 and 2 are SFT's; GRPO trains step 3 from checkpoint 2
+    # Nothing is rolled out for the steps SFT checkpointed: GRPO's first gather samples checkpoint 2.
+    rollouts = tmp_path / "runs" / "pipe" / "models" / "warm" / "trajectories" / "train"
+    assert sorted(p.name for p in rollouts.iterdir()) == ["0002.jsonl"]
+    assert sorted(summary.checkpoints) == [1, 2, 3] and list(summary.rewards) == [3]
     records = history(storage, grpo)
     assert [r["step"] for r in records if "sft/loss" in r] == [1, 2]
     assert any(r["step"] == 3 and "train/loss" in r for r in records)

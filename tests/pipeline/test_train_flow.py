@@ -383,20 +383,20 @@ def test_gather_reuses_its_own_rollouts_when_the_cache_record_is_missing(
     """The window a SIGKILL can hit: rollouts written, Prefect's cache record not yet committed."""
     import shutil
 
-    from flows.train import policy_of, refs
+    from flows.train import checkpoint_fingerprint_of, refs
     from tasks import gather_trajectories, result_storage_for
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_server.api_key or "")
     cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_server.base_url, name="window")
     ref, rollout = refs(cfg)
     gather = gather_trajectories.with_options(result_storage=result_storage_for(cfg.storage_url))
-    first = gather(ref, rollout, 0, policy_of(ref, 0), cfg.inference_url)
+    first = gather(ref, rollout, 0, checkpoint_fingerprint_of(ref, 0), cfg.inference_url)
     written = os.stat(first.uri).st_mtime_ns
     shutil.rmtree(tmp_path / "art" / ".prefect")  # the cache record is gone, the rollouts are not
     requests = _vllm_requests(vllm_server)
-    again = gather(ref, rollout, 0, policy_of(ref, 0), cfg.inference_url)
+    again = gather(ref, rollout, 0, checkpoint_fingerprint_of(ref, 0), cfg.inference_url)
     assert again.uri == first.uri and again.summary == first.summary
     assert os.stat(first.uri).st_mtime_ns == written and _vllm_requests(vllm_server) == requests
     other = rollout.model_copy(update={"seed": 1})  # different inputs: rolled out anew, not reused
-    gather(ref, other, 0, policy_of(ref, 0), cfg.inference_url)
+    gather(ref, other, 0, checkpoint_fingerprint_of(ref, 0), cfg.inference_url)
     assert _vllm_requests(vllm_server) > requests
