@@ -3,7 +3,7 @@
     python bench/loss_options.py --seeds 0 1 2          # appends to bench/results/loss-options-cpu.txt
     python bench/loss_options.py --seeds 0 --steps 4 --no-write
 
-The model is the real one (SmolLM2-135M-Instruct from the registry, served float32) on the free-text
+The model is the real one (SmolLM2-135M-Instruct from the registry, served in the dtype our servers pick for this CPU) on the free-text
 word quiz, through the library door (TrainableModel + LocalBackend). Per seed, one vLLM server serves
 three LoRA adapters trained from the same base, one per loss; every step each of them rolls out the same
 training scenarios (their rollouts run concurrently, so vLLM batches them), then each trains on its own
@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.real_model import TASKS, TEMPERATURE, evaluate  # noqa: E402
+from bench.real_model import TASKS, TEMPERATURE, _served_dtype, evaluate  # noqa: E402
 
 TASK = "word-quiz"
 METHODS = {
@@ -153,7 +153,7 @@ def main() -> None:
 
     model_dir = args.model_dir or ("" if args.combine else str(smollm2()))
     lines = [
-        f"== {TASK}: token vs GSPO vs Dr. GRPO, SmolLM2-135M-Instruct (served float32), library door; "
+        f"== {TASK}: token vs GSPO vs Dr. GRPO, SmolLM2-135M-Instruct (served {_served_dtype()}), library door; "
         f"{args.steps} steps x {args.groups} groups x {args.group_size}, lr {TASKS[TASK][0]}, temperature "
         f"{TEMPERATURE}, old logprobs recomputed; held out: {args.eval_scenarios} val scenarios x {args.trials} "
         f"tries; {platform.machine()}, {os.cpu_count()} cores =="

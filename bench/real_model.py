@@ -114,6 +114,15 @@ async def one_seed(
     return {"seed": seed, "base": base, "final": final, "curve": curve, "times": times}
 
 
+def _served_dtype() -> str:
+    """The dtype our servers pick here when none is set (ServerOptions.dtype): float32 without bf16 instructions."""
+    from art_core.inference.server import cpu_has_bf16
+
+    return (
+        "in vLLM's default bfloat16 (this CPU has AVX512-BF16)" if cpu_has_bf16() else "float32 (no bf16 instructions)"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=sorted(TASKS), default="word-quiz")
@@ -130,7 +139,7 @@ def main() -> None:
 
     model_dir = args.model_dir or str(smollm2())
     lines = [
-        f"== {args.task}: SmolLM2-135M-Instruct (GGUF Q4_1 dequantized, served float32), library door "
+        f"== {args.task}: SmolLM2-135M-Instruct (GGUF Q4_1 dequantized, served {_served_dtype()}), library door "
         f"(TrainableModel + LocalBackend); {args.steps} steps x {args.groups} groups x {args.group_size}, "
         f"lr {TASKS[args.task][0]}, temperature {TEMPERATURE}; held out: {args.eval_scenarios} val scenarios x "
         f"{args.trials} tries; {platform.processor() or platform.machine()}, {os.cpu_count()} cores =="
