@@ -42,7 +42,7 @@ export WANDB_MODE ?= offline
 # weave (ART's @weave.op) and wandb report errors to Sentry over the network, which is closed here.
 export WANDB_ERROR_REPORTING ?= false
 
-.PHONY: install lock lint sky test demo bench clean
+.PHONY: install lock lint sky test demo demo-tiny bench clean
 
 install: $(STAMP)
 
@@ -99,7 +99,12 @@ lint: install
 test: install lint $(SKY_STAMP)
 	bash scripts/run_tests.sh $(PYTEST_ARGS)
 
+# The real model (SmolLM2-135M-Instruct from the registry) learning the word quiz: 4-6 minutes on 2 cores.
 demo: install
+	$(PY) -m flows.demo --real
+
+# The tiny random-weight model on the color quiz (about 2 minutes): the Prefect deployments' default run.
+demo-tiny: install
 	$(PY) -m flows.demo
 
 bench: install

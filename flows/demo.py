@@ -1,8 +1,11 @@
-"""The demo: watch the tiny model learn a task, with the train and evaluate flows, local Prefect and storage.
+"""The demo: watch a model learn a task, with the train and evaluate flows, local Prefect and storage.
 
-    python -m flows.demo                  # or `make demo`; --seed 1, --steps 10, --storage ./.art, --fresh ...
+    python -m flows.demo --real           # or `make demo`: SmolLM2-135M-Instruct on the word quiz, 4-6 minutes
+    python -m flows.demo                  # or `make demo-tiny`; --seed 1, --steps 10, --storage ./.art, --fresh ...
 
-Builds the tiny offline model in ./.models/tiny if it is missing, starts a vLLM server for it, trains
+With --real (what `make demo` runs): SmolLM2-135M-Instruct from the registry's GGUF (converted once) on
+the free-text word quiz (art_core.envs.word_quiz), at temperature 0.7, learning rate 2e-3. Without it:
+builds the tiny offline model in ./.models/tiny if it is missing, starts a vLLM server for it, trains
 it with GRPO on the color quiz (art_core.testing.color_quiz: pick the color among four words; a random
 model scores about 0.25), every step a Prefect task with its results cached in ./.art/.prefect/results.
 Then it evaluates the base model and the last step on the same held-out questions (the val split),
@@ -24,7 +27,7 @@ import time
 from typing import Any
 
 # Chosen by measurement (README, "What the demo shows"): enough steps for the preference to settle, few
-# enough for `make demo` to stay under 3 minutes on 2 cores, including the vLLM and Prefect start-up.
+# enough for `make demo-tiny` to stay under 3 minutes on 2 cores, including the vLLM and Prefect start-up.
 STEPS = 8
 GROUPS_PER_STEP = 4
 GROUP_SIZE = 8

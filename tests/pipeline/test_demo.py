@@ -1,4 +1,4 @@
-"""`make demo` shows learning: the last step beats the base model on the same held-out questions, by a
+"""The tiny demo (`make demo-tiny`) shows learning: the last step beats the base model on the same held-out questions, by a
 stated margin, for two seeds; its runs leave the artifacts a newcomer opens in the UI (metrics table led
 by the reward, base-vs-trained comparison), and deploying and retraining the result leave theirs.
 
@@ -22,7 +22,7 @@ MARGIN = 0.15
 
 @pytest.fixture(scope="module")
 def demo_runs(prefect_api, tiny_model_path, tmp_path_factory) -> dict[int, dict]:
-    """The demo as `make demo` runs it, once per seed, each in its own storage."""
+    """The tiny demo as `make demo-tiny` runs it, once per seed, each in its own storage."""
     from flows.demo import main
 
     runs = {}

@@ -30,7 +30,7 @@ def test_schedules_are_created_paused():
 
 
 def test_deployment_defaults_are_the_demo_run(tiny_model_path, tmp_path):
-    """A run started from the UI with the defaults is the demo's run: it continues `make demo` from its cache."""
+    """A run started from the UI with the defaults is the demo's run: it continues `make demo-tiny` from its cache."""
     from flows.config import RunConfig
     from flows.demo import demo_config
 
