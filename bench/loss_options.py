@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.real_model import TASKS, TEMPERATURE, _served_dtype, evaluate  # noqa: E402
+from bench.real_model import TASKS, TEMPERATURE, _served_dtype, add_run_arguments, append_result, evaluate  # noqa: E402
 
 TASK = "word-quiz"
 METHODS = {
@@ -139,13 +139,7 @@ def _fmt(values: list[float]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--eval-scenarios", type=int, default=40)
-    p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--model-dir", default=None, help="default: the registry's SmolLM2-135M-Instruct (converted once)")
-    p.add_argument("--no-write", action="store_true", help="print only; do not append to bench/results")
+    add_run_arguments(p)
     p.add_argument("--save", help="write each seed's result as JSON to this path ({seed} is replaced)")
     p.add_argument("--combine", nargs="+", help="report seeds saved earlier with --save instead of running")
     args = p.parse_args()
@@ -196,9 +190,7 @@ def main() -> None:
         lines.append(f"  base    held out {statistics.mean(bases):.3f} (spread {max(bases) - min(bases):.3f})")
     print("\n".join(lines))
     if not args.no_write:
-        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loss-options-cpu.txt")
-        with open(out, "a") as f:
-            f.write(time.strftime("%Y-%m-%d ") + "\n".join(lines) + "\n\n")
+        append_result("loss-options-cpu.txt", lines)
 
 
 if __name__ == "__main__":  # vLLM-related code must be guarded (spawned processes re-import __main__)

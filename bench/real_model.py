@@ -127,13 +127,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=sorted(TASKS), default="word-quiz")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--eval-scenarios", type=int, default=40)
-    p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--model-dir", default=None, help="default: the registry's SmolLM2-135M-Instruct (converted once)")
-    p.add_argument("--no-write", action="store_true", help="print only; do not append to bench/results")
+    add_run_arguments(p)
     args = p.parse_args()
     from art_core.base_models import smollm2
 
@@ -171,9 +165,25 @@ def main() -> None:
         )
     print("\n".join(lines))
     if not args.no_write:
-        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real-model-cpu.txt")
-        with open(out, "a") as f:
-            f.write(time.strftime("%Y-%m-%d ") + "\n".join(lines) + "\n\n")
+        append_result("real-model-cpu.txt", lines)
+
+
+def append_result(name: str, lines: list[str]) -> None:
+    """Append a dated block of lines to bench/results/{name}."""
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
+    with open(out, "a") as f:
+        f.write(time.strftime("%Y-%m-%d ") + "\n".join(lines) + "\n\n")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments a real-model run shares between the benches: steps, group shape, held-out size, model."""
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--eval-scenarios", type=int, default=40)
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--model-dir", default=None, help="default: the registry's SmolLM2-135M-Instruct (converted once)")
+    p.add_argument("--no-write", action="store_true", help="print only; do not append to bench/results")
 
 
 if __name__ == "__main__":  # vLLM-related code must be guarded (spawned processes re-import __main__)
