@@ -181,7 +181,7 @@ def main() -> None:
         for m in METHODS:
             curves = [r["methods"][m]["curve"] for r in results]
             finals = [r["methods"][m]["final"]["reward"] for r in results]
-            mean_curve = [statistics.mean(c[i] for c in curves) for i in range(len(curves[0]))]
+            mean_curve = [statistics.mean(c[i] for c in curves) for i in range(min(map(len, curves)))]
             lines.append(
                 f"  {m:<7} {_fmt(mean_curve)}  held out {statistics.mean(finals):.3f} "
                 f"(spread {max(finals) - min(finals):.3f})"
