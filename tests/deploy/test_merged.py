@@ -4,8 +4,9 @@ The session's vLLM server serves the tiny model with the step's adapter loaded b
 applied at run time);
 a second server, started here, serves the merged folder as a plain model. Greedy tokens must be the same
 and their logprobs close: both servers run the same dtype (float32 on a CPU without bf16, where the
-measured difference is 0.0000 nats; in bf16 LoRA's separate low-rank product and the merged weight round
-differently, hence a tolerance).
+measured difference is 0.0000 nats; in bf16, on a CPU with AVX512-BF16, LoRA's separate low-rank product and
+the merged weight round differently: 0.19 nats measured on the tiny model, whose final norm is scaled 4x so
+its logits are large, hence a wider tolerance there).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ PROMPTS = [
     [{"role": "user", "content": "Where is my order 1234?"}],
     [{"role": "system", "content": "You answer with one color."}, {"role": "user", "content": "Sky?"}],
 ]
-LOGPROB_TOLERANCE = 0.1  # nats, per sampled token
+# nats, per sampled token, by the dtype both servers run in (ServerOptions.dtype unset: float32 without bf16
+# instructions, else vLLM's bfloat16, whose 8-bit mantissa rounds a logit of ~40 by up to ~0.16).
+LOGPROB_TOLERANCE = {"float32": 0.1, None: 0.5}
 
 
 async def _greedy(client, model: str, messages) -> tuple[list[int], list[float]]:
@@ -44,7 +47,7 @@ async def _greedy(client, model: str, messages) -> tuple[list[int], list[float]]
 
 
 async def test_merged_export_answers_like_base_plus_adapter(vllm_endpoint, tiny_model_path, tmp_path):
-    from art_core.inference.server import ServerConfig, VLLMServer
+    from art_core.inference.server import ServerConfig, ServerOptions, VLLMServer, detect_device
 
     storage = Storage(str(tmp_path / "art"))
     write_checkpoint(storage, "proj", "merge-agent", 1, tiny_model_path, seed=3)
@@ -80,4 +83,4 @@ async def test_merged_export_answers_like_base_plus_adapter(vllm_endpoint, tiny_
         merged.stop()
     assert changed, "the adapter must change the base model's answers, or this test proves nothing"
     print(f"logprob |merged - base+adapter|: max {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f} nats")
-    assert max(diffs) < LOGPROB_TOLERANCE
+    assert max(diffs) < LOGPROB_TOLERANCE[ServerOptions().resolved_dtype(detect_device())]
