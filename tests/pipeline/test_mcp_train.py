@@ -16,16 +16,13 @@ import pytest
 
 from art_core.store import ModelStore
 from tests.envs.test_mcp_bad_inputs import FakeGenerator
+from tests.pipeline.test_train_flow import task_states as train_flow_task_states
 from tests.rewards.fake_judge import FakeJudge
 
 
 def task_states(flow_run_id) -> dict[str, str]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+    """Task name (without Prefect's run suffix) -> final state name, as test_train_flow reads them."""
+    return {name.rsplit("-", 1)[0]: state for name, state in train_flow_task_states(flow_run_id).items()}
 
 
 @pytest.mark.vllm

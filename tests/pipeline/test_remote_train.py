@@ -138,6 +138,10 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(
         pid = int(str(child.infrastructure_pid).rsplit(":", 1)[-1])
         assert pid not in (os.getpid(), worker.pid)  # a process of its own, started by the worker
         parent_task = client.read_task_run(child.parent_task_run_id)  # linked under this flow run in the UI
+        deadline = time.monotonic() + 30  # task run states are recorded from events, a moment after the flow returns
+        while not parent_task.state.is_final() and time.monotonic() < deadline:
+            time.sleep(0.2)
+            parent_task = client.read_task_run(child.parent_task_run_id)
         assert parent_task.flow_run_id == state.state_details.flow_run_id and parent_task.state.is_completed()
     assert str(child.id) in worker_log.read_text(), "the worker we started did not run the step"
 

@@ -55,14 +55,24 @@ def s3_objects(url: str) -> dict[str, str]:
     return {p: info["ETag"] for p, info in fs.find(url, detail=True).items()}
 
 
-def task_states(flow_run_id) -> dict[str, str]:
-    """Task run name -> state name ('Cached', 'Completed', ...) for one flow run, read from the Prefect API."""
+def task_states(flow_run_id, timeout: float = 30.0) -> dict[str, str]:
+    """Task run name -> state name ('Cached', 'Completed', ...) for one flow run, read from the Prefect API.
+
+    Prefect 3 records task run states from the events the run sends, so the API can still say Running a
+    moment after the flow has returned: read again until no task is in a state that is not final.
+    """
+    import time
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
+    deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {r.name: r.state.name for r in runs}
+        while True:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            if all(r.state.is_final() for r in runs) or time.monotonic() > deadline:
+                return {r.name: r.state.name for r in runs}
+            time.sleep(0.2)
 
 
 def history(storage_url: str, cfg: RunConfig) -> list[dict]:
