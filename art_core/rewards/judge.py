@@ -200,7 +200,7 @@ async def ask_judge(
     config = judge.config
     cache = key = None
     if config.cache:
-        cache = JudgeCache(Storage(judge.cache_root or "./.art"))
+        cache = JudgeCache(Storage(judge.cache_root))  # resolve_judge sets it whenever caching is on
         schema = response_model.model_json_schema()
         key = cache.key(judge.model, instructions, messages, schema, config.litellm_params)
         record = cache.get(key)
