@@ -24,6 +24,8 @@ GLOSSARY = {"ab": "a short word", "abc": "the alphabet's start"}
 
 # The tiny random model cannot decide to call a tool, so its first turn is held to one `lookup` call (vLLM's
 # structured outputs, the envelope our server's hermes parser reads back as a tool call); the second is free.
+# The constraint admits any tokenization of the call, and a random model may spell it a character at a time:
+# max_tokens covers its 73 characters, or a cut call would end the graph after one model turn.
 FORCED_CALL = '<tool_call>\\n\\{"name": "lookup", "arguments": \\{"word": "(ab|abc)"\\}\\}\\n</tool_call>'
 
 
@@ -35,7 +37,7 @@ def lookup(word: str) -> str:
 
 def react_agent(llm):
     """A ReAct loop as LangGraph writes it: the model node, a tool node, and tools_condition between them."""
-    call_tool = llm.bind_tools([lookup], extra_body={"structured_outputs": {"regex": FORCED_CALL}}, max_tokens=48)
+    call_tool = llm.bind_tools([lookup], extra_body={"structured_outputs": {"regex": FORCED_CALL}}, max_tokens=80)
     answer = llm.bind_tools([lookup], max_tokens=6)
 
     async def model_node(state: MessagesState) -> dict:

@@ -123,12 +123,19 @@ def test_one_step_off_policy_overlaps_and_stays_within_one_step(prefect_api, tin
 
 
 def test_two_runs_on_one_device_slot_queue(prefect_api, tiny_model_path, tmp_path, session_server):
+    """Another job holds the device; two runs ask for it, each logs that it waits, and they take it in turn."""
+    import logging
+
+    from flows.queue import device_slot
     from flows.train import train
 
-    from flows.queue import _holders
-
     slot = f"device-{tmp_path.name}"
-    summaries = {}
+    summaries, waiting = {}, []
+
+    class Waits(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "this run waits for it" in record.getMessage() and slot in record.getMessage():
+                waiting.append(record.getMessage())
 
     def run(name: str, steps: int) -> None:
         cfg = config(
@@ -136,24 +143,28 @@ def test_two_runs_on_one_device_slot_queue(prefect_api, tiny_model_path, tmp_pat
         )
         summaries[name] = train(cfg)
 
-    first = threading.Thread(target=run, args=("first", 2))
-    first.start()
-    deadline = time.monotonic() + 300
-    while not _slot_taken(slot, _holders) and first.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    second = threading.Thread(target=run, args=("second", 1))  # asks while the first holds the device
-    second.start()
-    for t in (first, second):
-        t.join(timeout=600)
+    def until_waiting(count: int, thread: threading.Thread) -> None:
+        deadline = time.monotonic() + 120
+        while len(waiting) < count and thread.is_alive():
+            assert time.monotonic() < deadline, "a run did not say that it waits for the device"
+            time.sleep(0.1)
+
+    handler = Waits(level=logging.INFO)
+    logging.getLogger("prefect.flow_runs").addHandler(handler)
+    threads = [threading.Thread(target=run, args=(name, steps)) for name, steps in (("first", 2), ("second", 1))]
+    try:
+        with device_slot(slot):  # a job already on the device
+            for i, thread in enumerate(threads):
+                thread.start()
+                until_waiting(i + 1, thread)
+            time.sleep(1.5)
+        for thread in threads:
+            thread.join(timeout=600)
+    finally:
+        logging.getLogger("prefect.flow_runs").removeHandler(handler)
     assert set(summaries) == {"first", "second"}, "both runs finished"
     assert summaries["first"].trained_steps == [1, 2] and summaries["second"].trained_steps == [1]
-    early, late = summaries["first"].device, summaries["second"].device
+    assert len(waiting) == 2 and all("1 of 1 slots taken" in m for m in waiting), waiting
+    early, late = sorted((s.device for s in summaries.values()), key=lambda d: d["held_from"])
     assert late["held_from"] >= early["held_to"], "the runs held the device at the same time"
-    assert late["waited_s"] > 1.0, "the later run did not wait for the device"
-
-
-def _slot_taken(slot: str, holders) -> bool:
-    try:
-        return holders(slot) >= 1
-    except Exception:  # the limit is created by the first run
-        return False
+    assert early["waited_s"] > 1.0 and late["waited_s"] > 1.0, "each run waited for the device"

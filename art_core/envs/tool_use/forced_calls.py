@@ -9,7 +9,9 @@ Given OpenAI tool schemas, `tool_call_regex` builds a regex for vLLM's structure
 
 Strings are short (at most `max_str` characters from a safe alphabet), lists hold at most
 `max_items` elements, numbers have at most 4 digits, and there is no free whitespace, so every
-match is parseable JSON and the output ends long before any reasonable max_tokens.
+match is parseable JSON of bounded length. The constraint admits any tokenization of a match, and a
+random-weight model may spell one a character at a time: a max_tokens below the match's length in
+characters can cut the call.
 
     >>> r = tool_call_regex([{"type": "function", "function": {"name": "f", "parameters": {
     ...     "type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}}}])
