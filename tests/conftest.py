@@ -55,6 +55,20 @@ def prefect_api():
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from flows.lifetime import batched_task_run_recorder
+
+    batched_task_run_recorder()  # the server records task runs as the servers our flows start do
+    # Prefect picks a free port in 8000-8999 by binding and releasing it; two xdist workers starting at the
+    # same moment could pick the same one, and the loser's health check would then reach the winner's
+    # server. Each worker gets its own share of the range.
+    worker, workers = (
+        os.environ.get("PYTEST_XDIST_WORKER", "gw0"),
+        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+    )
+    index, span = int(worker.removeprefix("gw") or 0), 1000 // max(1, workers)
+    SubprocessASGIServer._port_range = range(8000 + index * span, 8000 + (index + 1) * span)
     with prefect_test_harness(server_startup_timeout=120):
         yield PREFECT_API_URL.value()
 

@@ -19,11 +19,15 @@ import psutil
 FLOW = """
 import json, time
 from prefect import flow
+from prefect.client.orchestration import get_client
 from flows.lifetime import guard_temporary_server
 
 @flow
 def trivial() -> None:
-    print(json.dumps(guard_temporary_server()), flush=True)
+    guarded = guard_temporary_server()
+    with get_client(sync_client=True) as client:  # what the temporary server itself runs with
+        recorder = client._client.get("/admin/settings").json()["server"]["services"]["task_run_recorder"]
+    print(json.dumps({"guarded": guarded, "recorder": recorder}), flush=True)
     time.sleep(600)  # killed here, mid-flow
 
 if __name__ == "__main__":
@@ -39,7 +43,9 @@ def _running(proc: psutil.Process) -> bool:
 
 
 def test_sigkill_mid_flow_ends_the_temporary_prefect_server(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    # Nothing of the test process's Prefect settings: its API and the task-run recorder's batching (the flow's
+    # own import of flows.lifetime must give its temporary server those).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_SERVICES_"))}
     # A database of its own: never the developer's ~/.prefect, which other runs may be using.
     env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     # Prefect waits 20 s for its temporary server; a loaded 2-core CI machine took longer once.
@@ -50,10 +56,14 @@ def test_sigkill_mid_flow_ends_the_temporary_prefect_server(tmp_path):
     tree: list[psutil.Process] = []
     try:
         line = ""
-        while line[:1] != "[":  # Prefect may print its own lines to stdout first
+        while line[:1] != "{":  # Prefect may print its own lines to stdout first
             line = flow.stdout.readline()
             assert line, f"the flow exited before it started (exit code {flow.wait()})"
-        guarded = json.loads(line)
+        started = json.loads(line)
+        guarded = started["guarded"]
+        # Task runs recorded in batches, once a second: a run started right after another is not refused
+        # by the server's SQLite and made to wait 2 s (flows/lifetime.py).
+        assert (started["recorder"]["batch_size"], started["recorder"]["flush_interval"]) == (100, 1), started
         tree = psutil.Process(flow.pid).children(recursive=True)
         servers = [p for p in tree if "prefect.server.api.server:create_app" in " ".join(p.cmdline())]
         assert [p.pid for p in servers] == guarded and len(guarded) == 1  # the temporary server, guarded
@@ -117,3 +127,13 @@ def test_a_flow_run_ends_without_waiting_out_the_heartbeat_threads_sleep():
     assert time.perf_counter() - t0 < 0.3
     heartbeat.join(timeout=5)
     assert not heartbeat.is_alive()  # it stops by itself within its sleep, sending nothing more
+
+
+def test_a_task_run_recorder_setting_of_the_users_own_wins(monkeypatch):
+    from flows.lifetime import TASK_RUN_RECORDER, batched_task_run_recorder
+
+    batch, flush = TASK_RUN_RECORDER
+    monkeypatch.setenv(batch, "7")
+    monkeypatch.delenv(flush, raising=False)
+    assert batched_task_run_recorder() == {batch: "7", flush: "1"}
+    assert os.environ[flush] == "1"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Iterable
 
 import pytest
 
@@ -55,23 +56,30 @@ def s3_objects(url: str) -> dict[str, str]:
     return {p: info["ETag"] for p, info in fs.find(url, detail=True).items()}
 
 
-def task_states(flow_run_id, timeout: float = 30.0) -> dict[str, str]:
+def task_states(flow_run_id, expect: Iterable[str] = (), timeout: float = 30.0) -> dict[str, str]:
     """Task run name -> state name ('Cached', 'Completed', ...) for one flow run, read from the Prefect API.
 
-    Prefect 3 records task run states from the events the run sends, so the API can still say Running a
-    moment after the flow has returned: read again until no task is in a state that is not final.
+    Prefect 3 records task runs from the events the run sends, in batches once a second (flows.lifetime), so
+    a moment after the flow has returned the API can still miss a task run or say Running. Read again until
+    every task run is final and those named in `expect` are all there; with no `expect`, until the answer
+    has not changed for longer than the recorder's flush interval.
     """
     import time
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    deadline = time.monotonic() + timeout
+    deadline, expect = time.monotonic() + timeout, set(expect)
+    last, since = None, time.monotonic()
     with get_client(sync_client=True) as client:
         while True:
             runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-            if all(r.state.is_final() for r in runs) or time.monotonic() > deadline:
-                return {r.name: r.state.name for r in runs}
+            states = {r.name: r.state.name for r in runs}
+            final = all(r.state.is_final() for r in runs) and expect <= set(states)
+            if states != last or not final:
+                last, since = states, time.monotonic()
+            if final and (expect or time.monotonic() - since > 1.5) or time.monotonic() > deadline:
+                return states
             time.sleep(0.2)
 
 
@@ -122,7 +130,7 @@ def test_three_steps_write_checkpoints_trajectories_and_metrics_to_s3(trained):
     assert all(0.0 <= r["train/reward"] <= 1.0 for r in train_records)
     assert f"{model}/eval/0003.json" in objects and f"{model}/reports/reward_curve.png" in objects
     assert any(k.startswith(f"{cfg.storage_url.removeprefix('s3://')}/.prefect/results/") for k in objects)
-    states = task_states(run_id)
+    states = task_states(run_id, expect=["gather step 1", "train step 3"])
     assert states["gather step 1"] == "Completed" and states["train step 3"] == "Completed"
     from prefect.client.orchestration import get_client
 
@@ -141,7 +149,8 @@ def test_same_run_again_finishes_from_cache_without_rollouts_or_training(trained
     elapsed = time.perf_counter() - t0
     assert summary.trained_steps == [], "a step was trained again"
     assert summary.rewards == first.rewards
-    states = task_states(run_id)
+    expect = [f"{task} step {step}" for task in ("gather", "score", "train") for step in (1, 2, 3)]
+    states = task_states(run_id, expect=[*expect, "evaluate step 3 on val"])
     for step in (1, 2, 3):  # task runs count steps from 1, as the flow's log does
         assert states[f"gather step {step}"] == "Cached"
         assert states[f"score step {step}"] == "Cached"
@@ -191,7 +200,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(
     before = s3_objects(cfg.storage_url)
     summary, run_id = run_flow(cfg)
 
-    states = task_states(run_id)
+    states = task_states(run_id, expect=["gather step 1", "gather step 2"])
     # Step 1's cache record may not be committed yet when the kill lands; then the task finds its rollouts
     # in storage (Completed, not Cached). Either way nothing is rolled out again (ETags checked below).
     assert states["gather step 1"] == "Cached" and states["gather step 2"] in ("Cached", "Completed"), states
@@ -380,7 +389,9 @@ def test_lost_cache_still_neither_rolls_out_nor_trains_finished_steps(trained, v
     requests_before = _vllm_requests(vllm_server)
     summary, run_id = run_flow(cfg.model_copy(update={"eval_every": 0}))
     assert summary.trained_steps == [] and summary.rewards == first.rewards
-    assert task_states(run_id)["gather step 3"] == "Completed"  # ran, but found step 3 trained on its file
+    assert (
+        task_states(run_id, expect=["gather step 3"])["gather step 3"] == "Completed"
+    )  # ran, but found step 3 trained on its file
     assert _vllm_requests(vllm_server) == requests_before
     after = s3_objects(cfg.storage_url)
     assert all(after.get(k) == etag for k, etag in objects_before.items() if "/trajectories/train/" in k)
