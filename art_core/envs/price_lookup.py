@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, SplitSizes, split_part, turn_sampling
-from art_core.envs.tool_use.forced_calls import tool_call_regex
+from art_core.envs.tool_use.forced_calls import max_match_tokens, tool_call_regex
 from art_core.envs.tool_use.tools import function_schema
 from art_core.trajectories import Trajectory
 
@@ -127,11 +127,14 @@ class PriceLookupEnv(Environment):
             tools=tools,
             metadata={"env": self.name, "scenario_id": scenario.id, "split": scenario.split},
         )
-        call_body = dict(extra_body)
+        call_body, call_sampling = dict(extra_body), dict(sampling)
         if self.options.force_call:
-            call_body["structured_outputs"] = {"regex": tool_call_regex(tools)}
+            regex = tool_call_regex(tools)
+            call_body["structured_outputs"] = {"regex": regex}
+            if call_sampling.get("max_tokens"):  # room for the whole call, however the model spells it
+                call_sampling["max_tokens"] = max(call_sampling["max_tokens"], max_match_tokens(regex))
         first = await client.chat.completions.create(
-            model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=call_body, **sampling
+            model=model, messages=traj.messages(), tools=tools, logprobs=True, extra_body=call_body, **call_sampling
         )
         choice = first.choices[0]
         traj.messages_and_choices.append(choice)

@@ -152,3 +152,26 @@ async def test_stop_rules(fake_chat_server):
     f.script("agent", [f.say("Hi."), f.say("Hi again.")])
     episode, _ = await play(f, opening(), Rules(max_steps=4), ["Go on.", "Go on."])
     assert (episode.stop_reason, episode.steps) == ("max_steps", 5)  # opening 1, agent 1, customer 1, agent 1, ...
+
+
+async def test_a_forced_call_gets_room_for_its_longest_spelling(fake_chat_server):
+    """A constrained model may spell a forced call a character at a time: turn 1 of price-lookup asks for as
+    many tokens as the call's longest match has characters, whatever smaller max_tokens the run set; the
+    free-text answer keeps the run's budget."""
+    from art_core.envs import load_environment
+    from art_core.envs.tool_use.forced_calls import max_match_tokens
+
+    env = load_environment("price-lookup")
+    scenario = env.scenarios("val")[0]
+    fake_chat_server.script(
+        "m", [fake_chat_server.tool_call("lookup_price", {"item": scenario.data["item"]}), fake_chat_server.say("$3")]
+    )
+    client = AsyncOpenAI(base_url=fake_chat_server.base_url, api_key="x")
+    await env.rollout(client, "m", scenario, max_tokens=16, temperature=0.7)
+    call, answer = fake_chat_server.requests
+    regex = call["structured_outputs"]["regex"]
+    assert call["max_tokens"] == max_match_tokens(regex) == 85  # 84 characters at most, and the end token
+    assert answer["max_tokens"] == 16 and "structured_outputs" not in answer
+    assert max_match_tokens(tool_call_regex(env.tools())) > len('<tool_call>\n{"name": "lookup_price"}')
+    with pytest.raises(ValueError, match="bound its repeats"):
+        max_match_tokens("a+")

@@ -29,7 +29,13 @@ def test_non_default_loss_options_train_three_steps_through_the_flow(
         "kl_penalty_coef": 0.02,
     }
     cfg = run_config(
-        tiny_model_path, str(tmp_path / "runs"), vllm_endpoint.base_url, name="options", train=options, eval_every=0
+        tiny_model_path,
+        str(tmp_path / "runs"),
+        vllm_endpoint.base_url,
+        name="options",
+        train=options,
+        eval_every=0,
+        group_size=8,  # with 4, all 6 groups of the 3 steps scored alike in 5% of runs (nothing to train on)
     )
     assert cfg.train.aggregation == "constant_norm" and cfg.train.beta == 0.02  # Dr. GRPO; ART's KL name
     summary, _ = run_flow(cfg)

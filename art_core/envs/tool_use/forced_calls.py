@@ -85,3 +85,20 @@ def tool_call_regex(tools: list[dict[str, Any]], max_str: int = 16, max_items: i
         calls.append(escape('{"name": ' + json.dumps(fn["name"]) + ', "arguments": ') + args + "\\}")
     regex = "<tool_call>\\n(" + "|".join(calls) + ")\\n</tool_call>"
     return f"({regex})|([A-Za-z][A-Za-z ,.?!]{{0,{message_chars - 1}}})" if message_chars else regex
+
+
+def max_match_tokens(regex: str) -> int:
+    """At most how many tokens a reply held to `regex` takes: its longest match in characters, since the
+    constraint admits any tokenization and a model may spell a match a character at a time (these regexes
+    are ASCII: one character, at least one token's worth), plus the end-of-turn token. A max_tokens below
+    this can cut a forced call.
+
+    >>> max_match_tokens('(yes|no|maybe)!')   # 'maybe!' spelled a character at a time, then the end
+    7
+    """
+    import re._parser as parser  # the standard library's regex parser: it knows each pattern's longest match
+
+    longest = parser.parse(regex).getwidth()[1]
+    if longest >= parser.MAXREPEAT:
+        raise ValueError("the regex admits matches of any length; bound its repeats")
+    return longest + 1
