@@ -7,7 +7,10 @@ to `{model}/reports/` in storage so they outlive the Prefect database; artifacts
 from __future__ import annotations
 
 import base64
+import contextvars
 import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
@@ -48,24 +51,38 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
     storage.write_text(paths["eval_report"], report)
 
     key = artifact_key(ref.project, ref.model)
-    # Reward first and 3 decimals: the UI shows columns in this order, and the reward is what users look for.
-    create_table_artifact(
-        key=f"{key}-metrics",
-        table=display_table(rows),
-        description=f"Metrics per step of {ref.model} (history.jsonl at {paths['history']})",
-    )
     image = base64.b64encode(png).decode()
-    create_markdown_artifact(
-        key=f"{key}-reward-curve",
-        markdown=(
-            f"# Reward per step\n\n![reward curve](data:image/png;base64,{image})\n\nPNG: `{paths['reward_curve']}`\n"
+    _at_once(
+        # Reward first and 3 decimals: the UI shows columns in this order, and the reward is what users look for.
+        lambda: create_table_artifact(
+            key=f"{key}-metrics",
+            table=display_table(rows),
+            description=f"Metrics per step of {ref.model} (history.jsonl at {paths['history']})",
         ),
-        description=f"Reward curve of {ref.model}",
+        lambda: create_markdown_artifact(
+            key=f"{key}-reward-curve",
+            markdown=(
+                f"# Reward per step\n\n![reward curve](data:image/png;base64,{image})\n\n"
+                f"PNG: `{paths['reward_curve']}`\n"
+            ),
+            description=f"Reward curve of {ref.model}",
+        ),
+        lambda: create_markdown_artifact(
+            key=f"{key}-eval", markdown=report, description=f"Evaluation report of {ref.model}"
+        ),
     )
-    create_markdown_artifact(key=f"{key}-eval", markdown=report, description=f"Evaluation report of {ref.model}")
     if wandb:
         paths["wandb"] = log_wandb(ref.project, ref.model, rows, sample_groups=_samples(ref, rows))
     return paths
+
+
+def _at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls in threads at the same time, each in a copy of this run's context (the artifacts belong
+    to the flow run); their results in order, or the first error. Three artifacts are three round trips to
+    the Prefect API: a fully cached re-run spent a fifth of its time waiting on them one after another."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, call) for call in calls]
+        return [f.result() for f in futures]
 
 
 def _samples(ref: ModelRef, rows: list[dict], groups: int = 2) -> list:

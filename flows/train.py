@@ -205,16 +205,19 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
         summary.evaluations[checkpoint] = report.reward
         print(f"  eval step {checkpoint} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
 
-    def trained_elsewhere(step: int) -> bool:
+    def trained_elsewhere(step: int, trained: bool | None = None) -> bool:
         """Checkpoint `step + 1` exists and no rollouts of step `step` do: it was not trained here on rollouts
-        (SFT's epochs), so there is nothing to gather, score or train for it."""
-        return store.is_complete(step + 1) and not store.storage.exists(store.trajectories("train", step))
+        (SFT's epochs), so there is nothing to gather, score or train for it. `trained`: whether checkpoint
+        `step + 1` is complete, when the caller knows already."""
+        trained = store.is_complete(step + 1) if trained is None else trained
+        return trained and not store.storage.exists(store.trajectories("train", step))
 
     per_step = config.groups_per_step * config.group_size
     gathers: dict[int, Any] = {}
     training: _Training | None = None  # the step being trained, recorded by finish() once its checkpoint exists
     for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
-        if trained_elsewhere(step):
+        trained = store.is_complete(step + 1)  # then its rollouts are not read again (a resumed run)
+        if trained_elsewhere(step, trained):
             if training is not None:
                 finish(training)
                 training = None
@@ -227,11 +230,12 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
             gathers[step] = start_gather(step)
         future, args, extra = gathers.pop(step)
         gathered = future.result()
-        if store.read_groups(gathered.uri) is None:  # the cache outlived its file (deleted, truncated): again
+        # The cache outlived its file (deleted, truncated): again, unless the step is trained already.
+        if not trained and store.read_groups(gathered.uri) is None:
             gathered = gather.with_options(refresh_cache=True)(*args, **extra)
         t1 = time.perf_counter()
         scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
-        if store.read_groups(scored.uri) is None:
+        if not trained and store.read_groups(scored.uri) is None:
             scored = score.with_options(refresh_cache=True)(ref, gathered.uri, gathered.fingerprint, step, config.judge)
         t2 = time.perf_counter()
         if training is not None:  # checkpoint `step` must exist before step `step` trains from it

@@ -17,6 +17,7 @@ with one of the free cells only (structured outputs, `choice`). The game logic i
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import re
@@ -92,7 +93,8 @@ def outcome_reward(outcome: str, agent_moves: int) -> float:
     return {"win": 1.0, "draw": 0.5, "illegal": 0.0}.get(outcome, min(0.25, 0.05 * agent_moves))
 
 
-def openings(max_moves: int = 3) -> list[tuple[str, ...]]:
+@functools.cache  # computed once per process: each RunConfig's validation loads the environment (6 ms)
+def openings(max_moves: int = 3) -> tuple[tuple[str, ...], ...]:
     """Every sequence of 0..max_moves moves in which nobody has won yet (586 for 3)."""
     out: list[tuple[str, ...]] = []
     for n in range(max_moves + 1):
@@ -100,7 +102,7 @@ def openings(max_moves: int = 3) -> list[tuple[str, ...]]:
             board = {c: "XO"[i % 2] for i, c in enumerate(seq)}
             if winner(board) is None:
                 out.append(seq)
-    return out
+    return tuple(out)
 
 
 # ---- the environment ---------------------------------------------------------------------------
@@ -140,7 +142,7 @@ class TicTacToeEnv(Environment):
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
-        every = openings()
+        every = list(openings())
         random.Random(f"tictactoe-scenarios-{self.options.seed}").shuffle(every)
         return [
             Scenario(id=f"tictactoe-{split}-{i:04d}", split=split, data={"opening": list(seq)})

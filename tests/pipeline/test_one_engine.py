@@ -175,12 +175,14 @@ def test_truncated_rollouts_and_a_markerless_checkpoint_are_redone_with_warnings
     cfg = run_config(tiny_model_path, root, vllm_server.base_url, "damaged", steps=2)
     train(cfg)
     store = ModelStore(root, "engine", "damaged")
-    rollouts = store.trajectories("train", 1)
-    with open(rollouts) as f:
-        text = f.read()
-    with open(rollouts, "w") as f:
-        f.write(text[: len(text) // 2])  # a partial copy
+    rollouts, trained_on = store.trajectories("train", 1), store.trajectories("train", 0)
+    for path in (rollouts, trained_on):
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text[: len(text) // 2])  # a partial copy
     os.remove(os.path.join(store.checkpoint(2), "COMPLETE"))  # checkpoint 2 was being written when it all stopped
+    damaged = open(trained_on).read()
 
     with caplog.at_level(logging.WARNING):
         summary = train(cfg)
@@ -188,5 +190,7 @@ def test_truncated_rollouts_and_a_markerless_checkpoint_are_redone_with_warnings
     assert store.checkpoint_steps() == [1, 2]
     again = store.read_groups(rollouts)
     assert again is not None and len(again) == cfg.groups_per_step, "step 2's rollouts were not gathered again"
+    # Step 1 is trained (checkpoint 1 is complete): nothing needs its rollouts, so none are sampled again for it.
+    assert open(trained_on).read() == damaged
     assert rollouts in caplog.text and store.checkpoint(2) in caplog.text
     assert train_records(root, "engine", "damaged") == [1, 2]
