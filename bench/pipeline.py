@@ -62,6 +62,21 @@ def cpu_seconds() -> float:
     return sum(cpu_by_process().values())
 
 
+def sampled_tokens(cfg, steps: int) -> int:
+    """Completion tokens the model sampled in the run's first `steps` steps (the work vLLM did for them)."""
+    from flows.train import refs
+
+    store = refs(cfg)[0].store()
+    total = 0
+    for step in range(steps):
+        for group in store.read_groups(store.trajectories("train", step)) or []:
+            for t in group.trajectories:
+                for item in t.messages_and_choices:
+                    logprobs = None if isinstance(item, dict) else getattr(item, "logprobs", None)
+                    total += len(logprobs.content or []) if logprobs is not None else 0
+    return total
+
+
 def plain_loop(cfg, steps: int) -> list[float]:
     """The same art_core calls as the flow's tasks (art_core.step), in a plain for loop; seconds per step."""
     from art_core.rollouts import checkpoint_fingerprint
@@ -121,9 +136,10 @@ def main() -> None:
 
     try:
         plain_loop(config("warmup", 1), 1)
-        c0 = cpu_seconds()
+        c0, split0 = cpu_seconds(), cpu_by_process()
         plain = plain_loop(config("plain-before", args.steps), args.steps)
         plain_cpu = cpu_seconds() - c0
+        plain_split = {k: v - split0[k] for k, v in cpu_by_process().items()}
         with prefect_test_harness(server_startup_timeout=180):
             t0, c0, split0 = time.perf_counter(), cpu_seconds(), cpu_by_process()
             first = train(config("flow", args.steps))
@@ -136,9 +152,14 @@ def main() -> None:
                 reruns.append(time.perf_counter() - t0)
                 assert again.trained_steps == [], "the cached re-run trained again"
             cached_s = reruns[0]
-        c0 = cpu_seconds()
+        c0, split0 = cpu_seconds(), cpu_by_process()
         plain += plain_loop(config("plain-after", args.steps), args.steps)  # before and after: load drifts
         plain_cpu += cpu_seconds() - c0
+        plain_split = {k: plain_split[k] + v - split0[k] for k, v in cpu_by_process().items()}
+        tokens = {
+            name: sampled_tokens(config(name, args.steps), args.steps)
+            for name in ("plain-before", "flow", "plain-after")
+        }
     finally:
         server.stop()
 
@@ -169,8 +190,12 @@ def main() -> None:
         f"CPU seconds per step, Prefect flow {flow_cpu / args.steps:7.2f}",
         f"ratio of CPU seconds flow / plain  {flow_cpu / args.steps / (plain_cpu / (2 * args.steps)):7.2f}      "
         "(less sensitive to other users' load than wall time)",
-        "CPU seconds per step of the flow by process: "
+        "CPU seconds per step by process, plain loop: "
+        + ", ".join(f"{k} {v / (2 * args.steps):.2f}" for k, v in plain_split.items()),
+        "CPU seconds per step by process, flow:       "
         + ", ".join(f"{k} {v / args.steps:.2f}" for k, v in flow_split.items()),
+        "tokens sampled per step (the rollouts differ: sampling is not seeded per request): plain "
+        f"{(tokens['plain-before'] + tokens['plain-after']) / (2 * args.steps):.0f}, flow {tokens['flow'] / args.steps:.0f}",
         f"cached re-run                      {cached_s:7.2f} s = {cached_s / flow_s:.1%} of the first run ({flow_s:.1f} s)",
         f"cached re-runs, back to back       {', '.join(f'{t:.2f}' for t in reruns)} s: median "
         f"{statistics.median(reruns) / flow_s:.1%}, slowest {max(reruns) / flow_s:.1%} of the first run",
