@@ -8,6 +8,7 @@ import glob
 import hashlib
 import os
 import struct
+import time
 
 import pytest
 
@@ -88,7 +89,12 @@ async def test_wandb_offline_artifact_holds_the_adapter_and_its_metadata(stored,
     assert d.endpoint == "https://api.inference.wandb.ai/v1" and "wandb sync" in d.message
 
     (run_file,) = glob.glob(str(tmp_path / "wb" / "wandb" / "offline-run-*" / "run-*.wandb"))
-    (artifact,) = list(_artifact_records(run_file))
+    # wandb's service process writes the run file through a buffer: the last records can land a moment after
+    # run.finish() returns (one full-suite run read the file before its artifact record was there).
+    deadline = time.monotonic() + 30
+    while not (records := list(_artifact_records(run_file))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (artifact,) = records
     assert (artifact.name, artifact.type, sorted(artifact.aliases)) == ("agent", "lora", ["latest", "step1"])
     import json
 
