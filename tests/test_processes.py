@@ -109,7 +109,10 @@ def test_sigkill_of_the_parent_ends_guarded_groups_and_processes_within_5s():
     parent, ids = _start_parent("kill")
     pids, groups = [ids["stubborn"], ids["watchdog"]], [ids["group"]]
     try:
-        assert len(group_members(ids["group"])) == 3  # the leader and its two sleepers
+        deadline = time.monotonic() + 5  # the leader and its two sleepers (sh may not have forked them yet)
+        while len(group_members(ids["group"])) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(group_members(ids["group"])) == 3
         time.sleep(0.5)
         assert all(_running(p) for p in pids)  # a live parent: its watchdog touches nothing
         t0 = time.monotonic()
