@@ -1,20 +1,22 @@
 """Benchmark: what the Prefect pipeline costs on top of the same art_core calls in a plain loop.
 
-    python bench/pipeline.py              # ~3-5 minutes on 2 CPU cores; appends to bench/results/pipeline.txt
-    python bench/pipeline.py --steps 4 --groups 4 --group-size 8
+    python bench/pipeline.py              # ~4 minutes on 2 CPU cores; appends to bench/results/pipeline.txt
+    python bench/pipeline.py --steps 4 --groups 4 --group-size 8 --rounds 4
 
-In one process, against one vLLM server serving the tiny model and a Prefect test server:
+In one process, against one vLLM server serving the tiny model:
 1. warm-up: one plain step on a throw-away model (imports, first trainer load), so neither side pays it;
-2. plain loop: N steps of scenarios -> rollout_groups -> write_groups -> train_step -> record_metrics
-   (run once before and once after the flow and averaged, since the load drifts);
-3. the train flow with the same sizes on a fresh model name (every step a Prefect task, results persisted);
-4. the same flow again, three times back to back: everything from the cache and checkpoints.
+2. plain loop: N steps of scenarios -> rollout_groups -> write_groups -> train_step -> record_metrics;
+3. `--rounds` times: the train flow with the same sizes on a fresh model name (every step a Prefect task,
+   results persisted; a Prefect test server runs around it), the same flow twice more right after it
+   (everything from the cache and checkpoints), then the plain loop again. Every flow run sits between two
+   plain loops, so load that drifts over the minutes falls on both sides.
 Reported: seconds per step of each (whole run / N), their ratio (target <= 1.10), Prefect's own cost per
-step measured inside the flow run (step wall time minus time in the task bodies), CPU seconds split by
-process (this one, vLLM, the Prefect server), and the cached re-runs' times as a fraction of the first
-run (target <= 5%): the first re-run, and the median and slowest of the three (a run started right after
-another is where the Prefect server's SQLite used to refuse the new flow run and make it wait 2 s). On a shared 2-core machine the plain-loop comparison
-swings by tens of percent from load alone; the in-run figure does not.
+step measured inside the flow runs (step wall time minus time in the task bodies), CPU seconds split by
+process (this one, vLLM, the Prefect server), the tokens each side sampled (the rollouts are not the same:
+sampling is not seeded per request), and the median cached re-run as a fraction of its first run (target
+<= 5%; a run started right after another is where the Prefect server's SQLite used to refuse the new flow
+run and make it wait 2 s). On a shared 2-core machine single plain steps swing by tens of percent; the
+in-run figure does not.
 """
 
 from __future__ import annotations
@@ -55,11 +57,6 @@ def cpu_by_process() -> dict[str, float]:
         except psutil.NoSuchProcess:
             pass
     return split
-
-
-def cpu_seconds() -> float:
-    """CPU seconds used so far by this process and everything it started."""
-    return sum(cpu_by_process().values())
 
 
 def sampled_tokens(cfg, steps: int) -> int:
@@ -103,6 +100,7 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=4, help="flow runs, each between two plain loops (load drifts)")
     p.add_argument("--out", default=RESULTS, help="file the section is appended to (earlier sections are kept)")
     args = p.parse_args()
 
@@ -134,71 +132,81 @@ def main() -> None:
             report_to_wandb=False,
         )
 
+    plain: list[float] = []
+    plain_cpu = {"this process": 0.0, "vLLM": 0.0, "Prefect server": 0.0}
+    flows, flow_cpu, reruns = [], {k: 0.0 for k in plain_cpu}, []  # reruns: (seconds, first run's seconds)
+
+    def timed_plain(name: str) -> None:
+        split0 = cpu_by_process()
+        plain.extend(plain_loop(config(name, args.steps), args.steps))
+        for k, v in cpu_by_process().items():
+            plain_cpu[k] += v - split0[k]
+
     try:
         plain_loop(config("warmup", 1), 1)
-        c0, split0 = cpu_seconds(), cpu_by_process()
-        plain = plain_loop(config("plain-before", args.steps), args.steps)
-        plain_cpu = cpu_seconds() - c0
-        plain_split = {k: v - split0[k] for k, v in cpu_by_process().items()}
-        with prefect_test_harness(server_startup_timeout=180):
-            t0, c0, split0 = time.perf_counter(), cpu_seconds(), cpu_by_process()
-            first = train(config("flow", args.steps))
-            flow_s, flow_cpu = time.perf_counter() - t0, cpu_seconds() - c0
-            flow_split = {k: v - split0[k] for k, v in cpu_by_process().items()}
-            reruns = []
-            for _ in range(3):  # back to back, as a user resuming right after a run
-                t0 = time.perf_counter()
-                again = train(config("flow", args.steps))
-                reruns.append(time.perf_counter() - t0)
-                assert again.trained_steps == [], "the cached re-run trained again"
-            cached_s = reruns[0]
-        c0, split0 = cpu_seconds(), cpu_by_process()
-        plain += plain_loop(config("plain-after", args.steps), args.steps)  # before and after: load drifts
-        plain_cpu += cpu_seconds() - c0
-        plain_split = {k: plain_split[k] + v - split0[k] for k, v in cpu_by_process().items()}
+        # Plain, flow, plain, flow, ..., plain: each flow run between two plain loops, so drifting load falls on
+        # both. A Prefect server runs only around the flows (a plain loop needs none).
+        timed_plain("plain-0")
+        for r in range(args.rounds):
+            with prefect_test_harness(server_startup_timeout=180):
+                t0, split0 = time.perf_counter(), cpu_by_process()
+                first = train(config(f"flow-{r}", args.steps))
+                flows.append((time.perf_counter() - t0, first))
+                for k, v in cpu_by_process().items():
+                    flow_cpu[k] += v - split0[k]
+                for _ in range(2):  # right after it, back to back: where a new flow run used to wait 2 s
+                    t0 = time.perf_counter()
+                    again = train(config(f"flow-{r}", args.steps))
+                    reruns.append((time.perf_counter() - t0, flows[-1][0]))
+                    assert again.trained_steps == [], "the cached re-run trained again"
+            timed_plain(f"plain-{r + 1}")
         tokens = {
-            name: sampled_tokens(config(name, args.steps), args.steps)
-            for name in ("plain-before", "flow", "plain-after")
+            side: sum(sampled_tokens(config(f"{side}-{r}", args.steps), args.steps) for r in range(runs))
+            for side, runs in (("plain", args.rounds + 1), ("flow", args.rounds))
         }
     finally:
         server.stop()
 
-    plain_per_step, flow_per_step = sum(plain) / len(plain), flow_s / args.steps
-    loop_per_step = sum(first.step_seconds.values()) / args.steps
+    n_plain, n_flow = len(plain), args.rounds * args.steps
+    plain_per_step = sum(plain) / n_plain
+    flow_per_step = sum(s for s, _ in flows) / n_flow
+    loop_per_step = sum(sum(f.step_seconds.values()) for _, f in flows) / n_flow
     # Inside the same flow run: wall time of each step minus the time spent in the task bodies (the
     # art_core calls) is what Prefect itself adds. Unlike the plain loop, this is immune to load drift.
-    body = sum(sum(p.values()) for p in first.phase_seconds.values()) / args.steps
-    overhead = loop_per_step - body
+    body = sum(sum(sum(p.values()) for p in f.phase_seconds.values()) for _, f in flows) / n_flow
+    whole = [s / args.steps / plain_per_step for s, _ in flows]
+    shares = [t / first_s for t, first_s in reruns]
     lines = [
         f"bench/pipeline.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.machine()}, "
         f"{os.cpu_count()} CPUs, python {platform.python_version()}",
         f"tiny model on tic-tac-toe (moves constrained), vLLM CPU server, local storage; {args.steps} steps of "
-        f"{args.groups} groups x {args.group_size} rollouts, max_tokens {args.max_tokens}",
+        f"{args.groups} groups x {args.group_size} rollouts, max_tokens {args.max_tokens}; {args.rounds} flow runs, "
+        f"each between two plain loops",
         "",
-        f"plain loop (same art_core calls)   {plain_per_step:7.2f} s/step   (before+after: {', '.join(f'{t:.2f}' for t in plain)};"
-        f" median {statistics.median(plain):.2f})",
-        f"Prefect train flow (whole run / N) {flow_per_step:7.2f} s/step   (incl. flow start, artifacts, reports)",
-        f"Prefect train flow (its step loop) {loop_per_step:7.2f} s/step   (steps: "
-        f"{', '.join(f'{t:.2f}' for t in first.step_seconds.values())}; gather+score+train tasks only)",
-        f"ratio flow / plain, whole run      {flow_per_step / plain_per_step:7.2f}      (target <= 1.10)",
+        f"plain loop (same art_core calls)   {plain_per_step:7.2f} s/step   ({n_plain} steps, median "
+        f"{statistics.median(plain):.2f}, range {min(plain):.2f}-{max(plain):.2f})",
+        f"Prefect train flow (whole run / N) {flow_per_step:7.2f} s/step   (incl. flow start, artifacts, reports; runs: "
+        f"{', '.join(f'{s:.1f}' for s, _ in flows)} s)",
+        f"Prefect train flow (its step loop) {loop_per_step:7.2f} s/step   (gather+score+train tasks only)",
+        f"ratio flow / plain, whole run      {flow_per_step / plain_per_step:7.2f}      (target <= 1.10; each run: "
+        f"{', '.join(f'{w:.2f}' for w in whole)})",
         f"ratio flow / plain, step loop      {loop_per_step / plain_per_step:7.2f}",
-        f"Prefect's own cost per step        {overhead:7.2f} s    (step wall time minus time inside the task bodies, "
-        f"{body:.2f} s)",
+        f"Prefect's own cost per step        {loop_per_step - body:7.2f} s    (step wall time minus time inside the task "
+        f"bodies, {body:.2f} s)",
         f"ratio flow step / same calls       {loop_per_step / body:7.2f}      (the same run, so no load drift between the two)",
-        f"CPU seconds per step, plain loop   {plain_cpu / (2 * args.steps):7.2f}      (this process, vLLM and, for the flow, "
-        "the Prefect server)",
-        f"CPU seconds per step, Prefect flow {flow_cpu / args.steps:7.2f}",
-        f"ratio of CPU seconds flow / plain  {flow_cpu / args.steps / (plain_cpu / (2 * args.steps)):7.2f}      "
-        "(less sensitive to other users' load than wall time)",
-        "CPU seconds per step by process, plain loop: "
-        + ", ".join(f"{k} {v / (2 * args.steps):.2f}" for k, v in plain_split.items()),
-        "CPU seconds per step by process, flow:       "
-        + ", ".join(f"{k} {v / args.steps:.2f}" for k, v in flow_split.items()),
-        "tokens sampled per step (the rollouts differ: sampling is not seeded per request): plain "
-        f"{(tokens['plain-before'] + tokens['plain-after']) / (2 * args.steps):.0f}, flow {tokens['flow'] / args.steps:.0f}",
-        f"cached re-run                      {cached_s:7.2f} s = {cached_s / flow_s:.1%} of the first run ({flow_s:.1f} s)",
-        f"cached re-runs, back to back       {', '.join(f'{t:.2f}' for t in reruns)} s: median "
-        f"{statistics.median(reruns) / flow_s:.1%}, slowest {max(reruns) / flow_s:.1%} of the first run",
+        "CPU seconds per step, plain loop:  "
+        + ", ".join(f"{k} {v / n_plain:.2f}" for k, v in plain_cpu.items())
+        + f"; all {sum(plain_cpu.values()) / n_plain:.2f}",
+        "CPU seconds per step, Prefect flow: "
+        + ", ".join(f"{k} {v / n_flow:.2f}" for k, v in flow_cpu.items())
+        + f"; all {sum(flow_cpu.values()) / n_flow:.2f}",
+        f"ratio of CPU seconds flow / plain  {sum(flow_cpu.values()) / n_flow / (sum(plain_cpu.values()) / n_plain):7.2f}"
+        "      (less sensitive to other users' load than wall time)",
+        "tokens sampled per step (sampling is not seeded per request, so the rollouts differ): plain "
+        f"{tokens['plain'] / n_plain:.0f}, flow {tokens['flow'] / n_flow:.0f}",
+        f"cached re-run                      {statistics.median(t for t, _ in reruns):7.2f} s = "
+        f"{statistics.median(shares):.1%} of the first run, median of {len(reruns)} (target <= 5%; each: "
+        f"{', '.join(f'{x:.1%}' for x in shares)})",
     ]
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
