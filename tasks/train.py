@@ -39,10 +39,10 @@ def train_step(
     the next step's rollouts are sampled meanwhile)."""
     t0, log = time.perf_counter(), get_run_logger()
     store = ref.store()
+    complete = store.is_complete(step + 1)
     # A step trained and recorded already needs none of its rollouts (a resumed run): they are not read.
-    done = store.is_complete(step + 1) and bool(store.step_metrics(step + 1, "train/"))
-    groups = None if done else store.read_groups(scored_uri)
-    if groups is None and not store.is_complete(step + 1):
+    groups = None if complete and store.step_metrics(step + 1, "train/") else store.read_groups(scored_uri)
+    if groups is None and not complete:
         raise FileNotFoundError(
             f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
             "run the flow again and they are gathered and scored again"
