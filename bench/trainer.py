@@ -115,7 +115,7 @@ def time_both(
 
     from art_core.storage import Storage
     from art_core.training.config import TrainConfig
-    from art_core.training.trainer import train_step
+    from art_core.training.trainer import train_grpo_step
 
     n = batch["prompt_ids"].shape[0]
     store = Storage(os.path.join(workdir, "store"))
@@ -138,7 +138,7 @@ def time_both(
         def on_step_end(self, args, state, control, **kw):
             self.trl.append(time.perf_counter() - self.t0)
             t0 = time.perf_counter()
-            train_step(
+            train_grpo_step(
                 base_model=model_path,
                 groups=groups,
                 config=config,
@@ -244,8 +244,13 @@ def build_shaped_model(path: str, shape: str, device: str) -> tuple[str, int]:
     )
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2ForCausalLM(config).to(dtype)  # random init on the device: seconds even at 14B
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in bf16 directly: a float32 14B model would need 59 GB first
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(config)  # random init on the device: seconds even at 14B
+    finally:
+        torch.set_default_dtype(default)
     params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -263,7 +268,7 @@ def _memory_child(model_path: str, n_groups: int) -> None:
     from art_core.storage import Storage
     from art_core.training.config import TrainConfig
     from art_core.training.memory import peak_rss_bytes
-    from art_core.training.trainer import train_step
+    from art_core.training.trainer import train_grpo_step
 
     groups = make_groups(
         AutoTokenizer.from_pretrained(model_path),
@@ -276,7 +281,7 @@ def _memory_child(model_path: str, n_groups: int) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as store:
         t0 = time.perf_counter()
-        result = train_step(
+        result = train_grpo_step(
             base_model=model_path,
             groups=groups,
             config=TrainConfig(learning_rate=1e-3),
@@ -409,12 +414,24 @@ def cpu_bench(steps: int, tokens_per_row: int | None, out: str, real: bool = Fal
     _write(lines, out)
 
 
-def _cuda_child(side: str, model_path: str, steps: int, device: str) -> None:
-    """Time `steps` steps (after a warm-up) of one side on the bench's sequences; prints a JSON line."""
+def _cuda_child(side: str, model_path: str, steps: int, device: str, gpu_gib: float | None = None) -> None:
+    """Time `steps` steps (after a warm-up) of one side on the bench's sequences; prints a JSON line.
+
+    `gpu_gib`: act as a GPU of that many GiB (an 80 GiB H100 on an H200): a ballast tensor takes the rest
+    before anything loads, so both sides see (and size their passes from) that much memory and run out of
+    memory where such a GPU would. The reported peak leaves the ballast out.
+    """
     import json
 
     import torch
     from transformers import AutoTokenizer
+
+    ballast = None
+    if device == "cuda" and gpu_gib is not None:
+        _free, total = torch.cuda.mem_get_info()
+        extra = total - int(gpu_gib * (1 << 30))
+        if extra > 0:
+            ballast = torch.empty(extra, dtype=torch.uint8, device="cuda")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     groups = make_groups(tokenizer, 8, 8, seed=0, words=(300, 340), completion=(256, 1024), vocab=QWEN_VOCAB - 1)
@@ -428,8 +445,11 @@ def _cuda_child(side: str, model_path: str, steps: int, device: str) -> None:
     except torch.OutOfMemoryError as exc:
         result["oom"] = str(exc).splitlines()[0]
     if device == "cuda":
-        result["peak_gib"] = torch.cuda.max_memory_allocated() / (1 << 30)
+        held = ballast.numel() if ballast is not None else 0
+        result["peak_gib"] = (torch.cuda.max_memory_allocated() - held) / (1 << 30)
         result["device"] = torch.cuda.get_device_name()
+        if held:
+            result["device"] += f" capped at {gpu_gib:g} GiB"
     print(json.dumps(result))
 
 
@@ -438,13 +458,13 @@ def _time_ours(model_path: str, groups, steps: int, device: str) -> dict:
 
     from art_core.storage import Storage
     from art_core.training.config import TrainConfig
-    from art_core.training.trainer import train_step
+    from art_core.training.trainer import train_grpo_step
 
     times, metrics = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as store:
         for step in range(steps + 1):
             t0 = time.perf_counter()
-            metrics = train_step(
+            metrics = train_grpo_step(
                 base_model=model_path,
                 groups=groups,
                 config=TrainConfig(learning_rate=1e-5),
@@ -522,7 +542,15 @@ def _time_trl(model_path: str, batch, steps: int, device: str) -> list[float]:
     return timer.times[1:]
 
 
-def cuda_bench(shape: str, steps: int, out: str, device: str = "cuda", rounds: int = 2) -> None:
+def cuda_bench(
+    shape: str,
+    steps: int,
+    out: str,
+    device: str = "cuda",
+    rounds: int = 2,
+    gpu_gib: float | None = None,
+    sides: tuple[str, ...] = ("trl", "ours"),
+) -> None:
     """One GPU: ours (default TrainConfig) and TRL GRPOTrainer on a random Qwen2.5-`shape` model, bf16.
 
     Step: 64 sequences (8 groups x 8), prompts of ~450 tokens, completions of 256-1024 sampled ids drawn
@@ -531,7 +559,8 @@ def cuda_bench(shape: str, steps: int, out: str, device: str = "cuda", rounds: i
     (TRL, ours, TRL, ours): each process loads the model, takes a warm-up step and `steps` timed steps,
     and reports its peak allocated memory (weights included). MFU = 6 x parameters x tokens/s / the
     GPU's dense bf16 peak. Targets (issue 12, H100 80GB): peak 1.5B <= 24 GiB, 7B <= 40 GiB, 14B fits;
-    tokens/s >= 1.5x TRL at 1.5B and 7B; MFU >= 40% at 7B.
+    tokens/s >= 1.5x TRL at 1.5B and 7B; MFU >= 40% at 7B. On a larger GPU, `gpu_gib` 80 makes both sides
+    see an 80 GiB one (see `_cuda_child`).
     """
     import json
     import subprocess
@@ -543,8 +572,9 @@ def cuda_bench(shape: str, steps: int, out: str, device: str = "cuda", rounds: i
         path, params = build_shaped_model(os.path.join(workdir, shape), shape, device)
         if device == "cuda":
             torch.cuda.empty_cache()
-        for side in ["trl", "ours"] * rounds:
+        for side in list(sides) * rounds:
             cmd = [sys.executable, __file__, "--cuda-child", side, path, "--steps", str(steps), "--device", device]
+            cmd += ["--gpu-gib", str(gpu_gib)] if gpu_gib is not None else []
             proc = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             runs[side].append(json.loads(lines[-1]) if lines else {"side": side, "error": proc.stderr[-2000:]})
@@ -595,6 +625,9 @@ def main() -> None:
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--cuda-child", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--groups", type=int, default=8, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=2, help="--device cuda: runs of each side, interleaved")
+    parser.add_argument("--sides", default="trl,ours", help="--device cuda: which trainers to run (trl, ours)")
+    parser.add_argument("--gpu-gib", type=float, default=None, help="--device cuda: act as a GPU of this many GiB")
     parser.add_argument("--out", default=None, help="result file (default: bench/results/trainer-<mode>.txt)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -602,7 +635,7 @@ def main() -> None:
     if args.memory_child:
         _memory_child(args.memory_child, args.groups)
     elif args.cuda_child:
-        _cuda_child(args.cuda_child[0], args.cuda_child[1], args.steps, args.device)
+        _cuda_child(args.cuda_child[0], args.cuda_child[1], args.steps, args.device, args.gpu_gib)
     elif args.memory:
         memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
     elif args.device == "cuda" or args.shape == "memory":
@@ -611,6 +644,9 @@ def main() -> None:
             args.steps,
             args.out or os.path.join(results, f"trainer-{args.device}-{args.shape}.txt"),
             device=args.device,
+            rounds=args.rounds,
+            gpu_gib=args.gpu_gib,
+            sides=tuple(args.sides.split(",")),
         )
     else:
         default = "trainer-real-cpu.txt" if args.real else "trainer-cpu.txt"

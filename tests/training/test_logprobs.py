@@ -20,7 +20,8 @@ def _grads(fn, hidden, head, targets, upstream):
         p.grad = None
     logp, entropy = fn(hidden, head, targets)
     (logp * upstream).sum().backward()  # per-token weights, as a GRPO loss has
-    return logp.detach(), entropy.detach(), hidden.grad, {n: p.grad.clone() for n, p in head.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in head.named_parameters() if p.requires_grad}  # a frozen head has none
+    return logp.detach(), entropy.detach(), hidden.grad, grads
 
 
 @pytest.mark.parametrize("bias", [False, True])
