@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.inference import http_client
 from art_core.inference.lora import ZERO_ADAPTER_SOURCE, load_adapter  # the one adapter loader
 from art_core.naming import step_name  # the one naming rule (art_core.naming); imported from here too
 
@@ -120,7 +121,7 @@ def discover_endpoint(base_url: str, api_key: str | None = None) -> Endpoint:
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        r = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=30.0)
+        r = http_client.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=30.0)
     except httpx.HTTPError as e:
         raise ConnectionError(f"inference server {base_url} is unreachable ({e}); start it or fix inference_url") from e
     if r.status_code == 401:

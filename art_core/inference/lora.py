@@ -22,8 +22,8 @@ import os
 import struct
 from typing import Iterable
 
-import httpx
 
+from art_core.inference import http_client
 from art_core.naming import parse_step_name, step_name  # the naming rule (re-exported by art_core.inference)
 
 # Qwen2/Llama-style projection names; a zero adapter targets whichever of these the base model has.
@@ -125,7 +125,7 @@ def load_adapter(root_url: str, headers: dict[str, str], name: str, source: str)
         if not os.path.exists(os.path.join(source, "adapter_config.json")):
             raise AdapterError(f"{source!r} holds no adapter_config.json: it is not a peft LoRA adapter directory")
         source = os.path.abspath(source)
-    r = httpx.post(
+    r = http_client.post(
         f"{root_url.rstrip('/')}/v1/load_lora_adapter",
         json={"lora_name": name, "lora_path": source, "load_inplace": True},  # new or already served: both work
         headers=headers,
@@ -137,7 +137,7 @@ def load_adapter(root_url: str, headers: dict[str, str], name: str, source: str)
 
 def unload_adapter(root_url: str, headers: dict[str, str], name: str) -> bool:
     """Stop serving adapter `name`; False if the server did not serve it."""
-    r = httpx.post(
+    r = http_client.post(
         f"{root_url.rstrip('/')}/v1/unload_lora_adapter", json={"lora_name": name}, headers=headers, timeout=300.0
     )
     if r.status_code == 404:

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.inference import http_client
 from art_core.processes import group_members, guard, parent_death_preexec, release
 
 MIDDLEWARE = "art_core.inference.middleware.ServedNamesOn404"
@@ -79,7 +80,9 @@ def openai_client(base_url: str, api_key: str | None, **kwargs: Any):
     kwargs.setdefault("max_retries", 0)
     if "http_client" not in kwargs:
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=CLIENT_KEEP_ALIVE_S)
-        kwargs["http_client"] = openai.DefaultAsyncHttpxClient(transport=_ResendOnDroppedConnection(limits=limits))
+        kwargs["http_client"] = openai.DefaultAsyncHttpxClient(
+            transport=_ResendOnDroppedConnection(limits=limits, verify=http_client.tls_context())
+        )
     return openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", **kwargs)
 
 
@@ -367,7 +370,7 @@ class VLLMServer:
                 code = None if self.proc is None else self.proc.returncode
                 raise ServerError(f"vLLM server exited with code {code} while starting.\n{self.describe_log()}")
             try:
-                if httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200:
+                if http_client.get(f"{self.root_url}/health", timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -391,7 +394,7 @@ class VLLMServer:
                 f"(LocalBackend does so itself).\n{self.describe_log()}"
             )
         try:
-            r = httpx.get(f"{self.root_url}/health", timeout=10.0)
+            r = http_client.get(f"{self.root_url}/health", timeout=10.0)
         except httpx.HTTPError as e:
             raise ServerError(f"vLLM server (pid {self.proc.pid}) does not answer /health: {e}") from e
         if r.status_code != 200:
@@ -458,7 +461,7 @@ class VLLMServer:
     # ---- admin calls -----------------------------------------------------------------------------
     def served_models(self) -> list[str]:
         """Names the server answers to right now: the base model and every loaded adapter."""
-        r = httpx.get(f"{self.base_url}/models", headers=self.headers(), timeout=30.0)
+        r = http_client.get(f"{self.base_url}/models", headers=self.headers(), timeout=30.0)
         r.raise_for_status()
         return [m["id"] for m in r.json()["data"]]
 
@@ -483,7 +486,7 @@ class VLLMServer:
 
     def _admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         self.check()
-        r = httpx.request(method, f"{self.root_url}{path}", headers=self.headers(), timeout=600.0, **kwargs)
+        r = http_client.request(method, f"{self.root_url}{path}", headers=self.headers(), timeout=600.0, **kwargs)
         if r.status_code >= 400:
             raise ServerError(f"{method} {path} -> {r.status_code}: {r.text[:500]}\n{self.describe_log(20)}")
         return r
