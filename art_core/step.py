@@ -163,16 +163,19 @@ def train_and_record(
     step: int,
     *,
     servers: "Iterable[VLLMServer]" = (),
+    complete: bool | None = None,
+    recorded: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train step `step` -> checkpoint `step + 1` and append its record to history.jsonl; once.
 
     If checkpoint `step + 1` is complete nothing is trained (`trained=False`); a missing history record is
     backfilled from the checkpoint. `servers` share the device with the trainer: each is put to sleep
     before training and woken after (both no-ops on CPU), so one GPU holds vLLM and the trainer in turn.
+    `complete`, `recorded`: what the caller read already (see `already_trained`).
     """
     from art_core.training.trainer import train_grpo_step
 
-    done = already_trained(store, groups, step + 1)
+    done = already_trained(store, groups, step + 1, complete=complete, recorded=recorded)
     if done is not None:
         return done
     servers = list(servers)
@@ -199,16 +202,30 @@ def train_and_record(
     return TrainResult(step=result.step, metrics=metrics, checkpoint_path=result.checkpoint_path, trained=True)
 
 
-def already_trained(store: ModelStore, groups: "list[TrajectoryGroup] | None", target: int) -> TrainResult | None:
+def already_trained(
+    store: ModelStore,
+    groups: "list[TrajectoryGroup] | None",
+    target: int,
+    *,
+    complete: bool | None = None,
+    recorded: dict[str, Any] | None = None,
+) -> TrainResult | None:
     """The result of training checkpoint `target` when it is complete already (`trained=False`), its history
-    record written back from the checkpoint if a crash lost it; None when it still has to be trained."""
-    if not store.is_complete(target):
+    record written back from the checkpoint if a crash lost it; None when it still has to be trained.
+
+    `complete` (store.is_complete(target)) and `recorded` (store.step_metrics(target, "train/")) are what a
+    caller read already; left None they are read here. A resumed run on S3 asks once, not five times a step.
+    """
+    if not (store.is_complete(target) if complete is None else complete):
         return None
-    store.backfill_train_record(target, extra=reward_summary(groups) if groups else None)
+    if recorded is None:
+        recorded = store.step_metrics(target, "train/")
+    if not recorded:
+        extra = reward_summary(groups) if groups else None
+        recorded = store.backfill_train_record(target, extra=extra, known_missing=True) or {}
     log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
-    return TrainResult(
-        step=target, metrics=store.train_metrics(target), checkpoint_path=store.checkpoint(target), trained=False
-    )
+    metrics = {k.removeprefix("train/"): v for k, v in recorded.items()}
+    return TrainResult(step=target, metrics=metrics, checkpoint_path=store.checkpoint(target), trained=False)
 
 
 def staleness(groups: "list[TrajectoryGroup]", step: int) -> dict[str, float]:

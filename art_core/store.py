@@ -250,10 +250,13 @@ class ModelStore:
         """The metrics recorded for training checkpoint `step`, without their "train/" prefix."""
         return {k.removeprefix("train/"): v for k, v in self.step_metrics(step, "train/").items()}
 
-    def backfill_train_record(self, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    def backfill_train_record(
+        self, step: int, extra: dict[str, Any] | None = None, *, known_missing: bool = False
+    ) -> dict[str, Any] | None:
         """Write checkpoint `step`'s train record from its trainer state if history has none (a crash between
-        the checkpoint's marker and its record). Returns the record written, None when nothing was missing."""
-        if self.step_metrics(step, "train/") or not self.is_complete(step):
+        the checkpoint's marker and its record). Returns the record written, None when nothing was missing.
+        `known_missing`: the caller has just seen the checkpoint complete and its record missing (not read again)."""
+        if not known_missing and (self.step_metrics(step, "train/") or not self.is_complete(step)):
             return None
         state = self.trainer_state(step) or {}
         if state.get("kind") == "sft":  # written by supervised fine-tuning: its record lives under "sft/"

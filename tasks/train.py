@@ -40,15 +40,18 @@ def train_step(
     t0, log = time.perf_counter(), get_run_logger()
     store = ref.store()
     complete = store.is_complete(step + 1)
+    recorded = store.step_metrics(step + 1, "train/") if complete else {}
     # A step trained and recorded already needs none of its rollouts (a resumed run): they are not read.
-    groups = None if complete and store.step_metrics(step + 1, "train/") else store.read_groups(scored_uri)
+    groups = None if recorded else store.read_groups(scored_uri)
     if groups is None and not complete:
         raise FileNotFoundError(
             f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
             "run the flow again and they are gathered and scored again"
         )
     servers = servers_sharing(ref.base_model, inference_url) if sleep_servers else []
-    result = train_and_record(store, ref.base_model, groups or [], config, step, servers=servers)
+    result = train_and_record(
+        store, ref.base_model, groups or [], config, step, servers=servers, complete=complete, recorded=recorded
+    )
     out = TrainStepResult(
         step=result.step,
         checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
