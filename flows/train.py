@@ -27,7 +27,7 @@ from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
 from flows.queue import device_slot
 from flows.reporting import publish_run_report
-from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step
+from tasks import evaluate, gather_trajectories, score_groups, train_step, with_result_storage
 from tasks.specs import ScoreResult
 
 
@@ -115,10 +115,9 @@ def train(config: RunConfig) -> TrainSummary:
 
 
 def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout: RolloutSpec) -> TrainSummary:
-    results = result_storage_for(config.storage_url)
-    gather = gather_trajectories.with_options(result_storage=results)
-    score = score_groups.with_options(result_storage=results)
-    evaluate_step = evaluate.with_options(result_storage=results)
+    gather = with_result_storage(gather_trajectories, config.storage_url)
+    score = with_result_storage(score_groups, config.storage_url)
+    evaluate_step = with_result_storage(evaluate, config.storage_url)
     store = ref.store()
     url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
     server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts

@@ -10,7 +10,7 @@ from tasks._async import run_sync
 from tasks.deploy import export_adapter, serve_adapter
 from tasks.evaluate import evaluate, evaluate_prompted
 from tasks.gather import gather_trajectories
-from tasks.results import cached_on, result_storage_for
+from tasks.results import cached_on, result_storage_for, with_result_storage
 from tasks.score import JudgeError, score_groups
 from tasks.specs import GatherResult, JudgeConfig, ModelRef, RolloutSpec, ScoreResult, TrainStepResult
 from tasks.train import train_step
@@ -29,6 +29,7 @@ __all__ = [
     "export_adapter",
     "gather_trajectories",
     "result_storage_for",
+    "with_result_storage",
     "run_sync",
     "score_groups",
     "serve_adapter",

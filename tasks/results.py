@@ -5,16 +5,20 @@ another machine) still finds them. A local root is used as a plain path; an s3:/
 `RemoteFileSystem` block (Prefect refuses unsaved blocks as result storage). The block stores only the
 endpoint URL; keys are read by s3fs from the environment, never written to Prefect.
 
-    gather = gather_trajectories.with_options(result_storage=result_storage_for("s3://bucket/runs"))
+    gather = with_result_storage(gather_trajectories, "s3://bucket/runs")
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
+from typing import TypeVar
 
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
+
+T = TypeVar("T")
 
 RESULTS_DIR = ".prefect/results"
 
@@ -50,6 +54,24 @@ def result_storage_for(storage_url: str):
     digest = hashlib.sha1(f"{root}|{endpoint}".encode()).hexdigest()[:12]
     block.save(f"art-results-{digest}", overwrite=True)
     return block
+
+
+def with_result_storage(task: T, storage_url: str) -> T:
+    """`task` with its results kept under `storage_url` (see `result_storage_for`).
+
+    For a local root the copy is made once per process: `Task.with_options` reads the function's source
+    and hashes it again, about 3 ms a task, which a cached re-run of the train flow paid three times. An
+    s3:// root's block is saved again each time, so a new Prefect database gets it back.
+    """
+    storage = result_storage_for(storage_url)
+    if isinstance(storage, Path):
+        return _with_local_results(task, storage)
+    return task.with_options(result_storage=storage)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_local_results(task, path: Path):
+    return task.with_options(result_storage=path)
 
 
 def step_run_name(phase: str):
