@@ -8,7 +8,7 @@
 # It runs pytest -m gpu on the trainer, then bench/trainer.py at 1.5B, 7B and 14B, each side seeing an
 # 80 GiB card (GPU_GIB), and writes every log and result to $OUT (default bench/results/gpu-<date>/).
 # Each part has its own time limit (SHAPES="shape:steps:seconds ..."), so one that hangs cannot eat the
-# others' time; SIDES=ours runs our trainer only.
+# others' time; SIDES=ours runs our trainer only. At most 8 files land in $OUT (what a lent machine returns).
 set -u
 OUT=${OUT:-bench/results/gpu-$(date -u +%Y%m%d)}
 mkdir -p "$OUT"
@@ -28,10 +28,14 @@ GIB=${GPU_GIB:-79.6}  # an H100 80GB's memory, whatever the card (issue 12's tar
 engine=$(python3 -c "import vllm, prefect" 2>/dev/null && echo tests/pipeline/test_gpu_engine.py)
 timeout -k 5 ${PYTEST_S:-120} python3 -m pytest -m gpu tests/training $engine \
     -p no:cacheprovider -q -rs 2>&1 | tee "$OUT/pytest-gpu.txt"
-for spec in ${SHAPES:-1.5b:3:110 7b:3:150 14b:2:190}; do
+for spec in ${SHAPES:-1.5b:3:120 7b:3:170 14b:2:190}; do
     IFS=: read -r shape steps limit <<<"$spec"
     echo "== $shape ($(date -u +%T))"
-    timeout -k 5 "$limit" python3 bench/trainer.py --device cuda --shape "$shape" --steps "$steps" --rounds 1 --sides "${SIDES:-trl,ours}" \
-        --gpu-gib "$GIB" --out "$OUT/trainer-cuda-$shape.txt" 2>&1 | tee "$OUT/log-$shape.txt" | grep -v Warning
+    # One profiled step of ours at the shapes in PROFILE (the busiest operators on the GPU, for the next fix).
+    prof=()
+    case " ${PROFILE-1.5b 7b} " in *" $shape "*) prof=(--profile "$OUT/profile-ours-$shape.txt") ;; esac
+    timeout -k 5 "$limit" python3 bench/trainer.py --device cuda --shape "$shape" --steps "$steps" --rounds 1 \
+        --sides "${SIDES:-trl,ours}" --gpu-gib "$GIB" --out "$OUT/trainer-cuda-$shape.txt" "${prof[@]}" 2>&1 \
+        | tee -a "$OUT/log.txt" | grep -v Warning
 done
 echo "== done ($(date -u +%T))"

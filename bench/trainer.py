@@ -414,7 +414,9 @@ def cpu_bench(steps: int, tokens_per_row: int | None, out: str, real: bool = Fal
     _write(lines, out)
 
 
-def _cuda_child(side: str, model_path: str, steps: int, device: str, gpu_gib: float | None = None) -> None:
+def _cuda_child(
+    side: str, model_path: str, steps: int, device: str, gpu_gib: float | None = None, profile: str | None = None
+) -> None:
     """Time `steps` steps (after a warm-up) of one side on the bench's sequences; prints a JSON line.
 
     `gpu_gib`: act as a GPU of that many GiB (an 80 GiB H100 on an H200): a ballast tensor takes the rest
@@ -439,7 +441,7 @@ def _cuda_child(side: str, model_path: str, steps: int, device: str, gpu_gib: fl
     result: dict = {"side": side, "tokens": real_tokens}
     try:
         if side == "ours":
-            result.update(_time_ours(model_path, groups, steps, device))
+            result.update(_time_ours(model_path, groups, steps, device, profile))
         else:
             result["times"] = _time_trl(model_path, batch, steps, device)
     except torch.OutOfMemoryError as exc:
@@ -453,7 +455,9 @@ def _cuda_child(side: str, model_path: str, steps: int, device: str, gpu_gib: fl
     print(json.dumps(result))
 
 
-def _time_ours(model_path: str, groups, steps: int, device: str) -> dict:
+def _time_ours(model_path: str, groups, steps: int, device: str, profile: str | None = None) -> dict:
+    """`steps` timed steps after a warm-up; with `profile`, one more step under torch.profiler, whose
+    busiest operators (by time on the device) are written to that file."""
     import torch
 
     from art_core.storage import Storage
@@ -462,9 +466,9 @@ def _time_ours(model_path: str, groups, steps: int, device: str) -> dict:
 
     times, metrics = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as store:
-        for step in range(steps + 1):
-            t0 = time.perf_counter()
-            metrics = train_grpo_step(
+
+        def one(step: int) -> dict:
+            out = train_grpo_step(
                 base_model=model_path,
                 groups=groups,
                 config=TrainConfig(learning_rate=1e-5),
@@ -475,7 +479,26 @@ def _time_ours(model_path: str, groups, steps: int, device: str) -> dict:
             ).metrics
             if device == "cuda":
                 torch.cuda.synchronize()
+            return out
+
+        for step in range(steps + 1):
+            t0 = time.perf_counter()
+            metrics = one(step)
             times.append(time.perf_counter() - t0)
+        if profile:
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as profiler
+
+            cuda = device == "cuda"
+            activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+            with profiler(activities=activities) as prof:
+                t0 = time.perf_counter()
+                one(steps + 1)
+                wall = time.perf_counter() - t0
+            sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            with open(profile, "w") as f:
+                f.write(f"one profiled step of ours on {model_path}: {wall:.2f} s (profiler on)\n")
+                f.write(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
     keep = ("tokens_per_pass", "passes", "peak_memory_gib", "gradient_checkpointing")
     return {"times": times[1:], "metrics": {k: metrics[k] for k in keep}}
 
@@ -550,6 +573,7 @@ def cuda_bench(
     rounds: int = 2,
     gpu_gib: float | None = None,
     sides: tuple[str, ...] = ("trl", "ours"),
+    profile: str | None = None,
 ) -> None:
     """One GPU: ours (default TrainConfig) and TRL GRPOTrainer on a random Qwen2.5-`shape` model, bf16.
 
@@ -575,6 +599,7 @@ def cuda_bench(
         for side in list(sides) * rounds:
             cmd = [sys.executable, __file__, "--cuda-child", side, path, "--steps", str(steps), "--device", device]
             cmd += ["--gpu-gib", str(gpu_gib)] if gpu_gib is not None else []
+            cmd += ["--profile", profile] if profile and side == "ours" else []
             proc = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             runs[side].append(json.loads(lines[-1]) if lines else {"side": side, "error": proc.stderr[-2000:]})
@@ -627,6 +652,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=8, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=2, help="--device cuda: runs of each side, interleaved")
     parser.add_argument("--sides", default="trl,ours", help="--device cuda: which trainers to run (trl, ours)")
+    parser.add_argument("--profile", default=None, help="--device cuda: profile one step of ours into this file")
     parser.add_argument("--gpu-gib", type=float, default=None, help="--device cuda: act as a GPU of this many GiB")
     parser.add_argument("--out", default=None, help="result file (default: bench/results/trainer-<mode>.txt)")
     args = parser.parse_args()
@@ -635,7 +661,7 @@ def main() -> None:
     if args.memory_child:
         _memory_child(args.memory_child, args.groups)
     elif args.cuda_child:
-        _cuda_child(args.cuda_child[0], args.cuda_child[1], args.steps, args.device, args.gpu_gib)
+        _cuda_child(args.cuda_child[0], args.cuda_child[1], args.steps, args.device, args.gpu_gib, args.profile)
     elif args.memory:
         memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
     elif args.device == "cuda" or args.shape == "memory":
@@ -647,6 +673,7 @@ def main() -> None:
             rounds=args.rounds,
             gpu_gib=args.gpu_gib,
             sides=tuple(args.sides.split(",")),
+            profile=args.profile,
         )
     else:
         default = "trainer-real-cpu.txt" if args.real else "trainer-cpu.txt"
