@@ -22,7 +22,6 @@ import os
 import struct
 from typing import Iterable
 
-
 from art_core.inference import http_client
 from art_core.naming import parse_step_name, step_name  # the naming rule (re-exported by art_core.inference)
 
