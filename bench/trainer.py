@@ -11,7 +11,7 @@ Both sides train a LoRA (r 8, alpha 16, all linear projections) on the "small" t
 same 32 sequences per step (4 groups x 8: a chat prompt plus a sampled completion of 16-128 tokens,
 lengths drawn at random, as rollouts are), the same token-level clipped loss (beta 0) and AdamW.
 TRL never generates here: `_generate_and_score_completions` is replaced by one that returns those
-sequences, so only its training step is timed. Ours is timed as users pay for it: `train_step`
+sequences, so only its training step is timed. Ours is timed as users pay for it: `train_grpo_step`
 including tokenizing the trajectories and writing the checkpoint (adapter + optimizer state).
 
 Figure: training tokens per second = real (non-padding) tokens of the step's sequences / step time,
@@ -403,7 +403,7 @@ def cpu_bench(steps: int, tokens_per_row: int | None, out: str, real: bool = Fal
         f"step: 32 sequences (4 groups x 8), {real_tokens} real tokens; TRL pads them to {padded_tokens} "
         f"({padded_tokens / real_tokens:.2f}x), ours packs them without padding",
         f"median of {steps} steps after a warm-up step each, interleaved (TRL, ours, TRL, ...) in this run:",
-        f"  ours (art_core train_step, incl. tokenize + checkpoint write; tokens_per_row {tokens_per_row or 'auto'}): "
+        f"  ours (art_core train_grpo_step, incl. tokenize + checkpoint write; tokens_per_row {tokens_per_row or 'auto'}): "
         f"{ours_s:.3f} s/step  {ours_tps:8.0f} tokens/s",
         f"  TRL GRPOTrainer (training step only, no generation):           {trl_s:.3f} s/step  {trl_tps:8.0f} tokens/s",
         f"  step times (s): ours {[round(t, 2) for t in ours]}, TRL {[round(t, 2) for t in trl]}",

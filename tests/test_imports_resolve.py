@@ -1,7 +1,7 @@
 """Every `from <our module> import name` in the repository names something that exists.
 
 Most of our imports of our own modules sit inside functions (to keep `import art_core` light), so a rename
-breaks them only when that function runs: bench/trainer.py kept importing `train_step` for weeks after it
+breaks them only when that function runs: bench/trainer.py kept importing `train_step` after it
 became `train_grpo_step`, and its first run on a GPU failed on it. This test reads every Python file of
 the repository (ast), imports each of our modules that is named, and checks each imported name is there
 (an attribute or a submodule).
