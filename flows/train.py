@@ -234,7 +234,8 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
             gathered = gather.with_options(refresh_cache=True)(*args, **extra)
         t1 = time.perf_counter()
         scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
-        if not trained and store.read_groups(scored.uri) is None:
+        # Without a judge the scored file is the gathered one, read just above: not parsed a second time.
+        if not trained and scored.uri != gathered.uri and store.read_groups(scored.uri) is None:
             scored = score.with_options(refresh_cache=True)(ref, gathered.uri, gathered.fingerprint, step, config.judge)
         t2 = time.perf_counter()
         if training is not None:  # checkpoint `step` must exist before step `step` trains from it
