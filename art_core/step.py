@@ -164,18 +164,17 @@ def train_and_record(
     *,
     servers: "Iterable[VLLMServer]" = (),
     complete: bool | None = None,
-    recorded: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train step `step` -> checkpoint `step + 1` and append its record to history.jsonl; once.
 
     If checkpoint `step + 1` is complete nothing is trained (`trained=False`); a missing history record is
     backfilled from the checkpoint. `servers` share the device with the trainer: each is put to sleep
     before training and woken after (both no-ops on CPU), so one GPU holds vLLM and the trainer in turn.
-    `complete`, `recorded`: what the caller read already (see `already_trained`).
+    `complete`: whether checkpoint `step + 1` is complete, when the caller read it already.
     """
     from art_core.training.trainer import train_grpo_step
 
-    done = already_trained(store, groups, step + 1, complete=complete, recorded=recorded)
+    done = already_trained(store, groups, step + 1, complete=complete)
     if done is not None:
         return done
     servers = list(servers)
@@ -204,24 +203,25 @@ def train_and_record(
 
 def already_trained(
     store: ModelStore,
-    groups: "list[TrajectoryGroup] | None",
+    groups: "list[TrajectoryGroup] | Callable[[], list[TrajectoryGroup] | None] | None",
     target: int,
     *,
     complete: bool | None = None,
-    recorded: dict[str, Any] | None = None,
 ) -> TrainResult | None:
     """The result of training checkpoint `target` when it is complete already (`trained=False`), its history
     record written back from the checkpoint if a crash lost it; None when it still has to be trained.
 
-    `complete` (store.is_complete(target)) and `recorded` (store.step_metrics(target, "train/")) are what a
-    caller read already; left None they are read here. A resumed run on S3 asks once, not five times a step.
+    `groups`: the rollouts it was trained on, or a function that reads them: called only when a lost record
+    is written back (with their rewards), so a resumed run does not read a finished step's rollouts.
+    `complete`: store.is_complete(target), when the caller read it already. A finished step costs the marker
+    check and one history read (on S3 each call is a round trip).
     """
     if not (store.is_complete(target) if complete is None else complete):
         return None
-    if recorded is None:
-        recorded = store.step_metrics(target, "train/")
+    recorded = store.step_metrics(target, "train/")
     if not recorded:
-        extra = reward_summary(groups) if groups else None
+        rollouts = groups() if callable(groups) else groups
+        extra = reward_summary(rollouts) if rollouts else None
         recorded = store.backfill_train_record(target, extra=extra, known_missing=True) or {}
     log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
     metrics = {k.removeprefix("train/"): v for k, v in recorded.items()}

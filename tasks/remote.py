@@ -142,10 +142,8 @@ def train_step_remotely(
     store, target = ref.store(), step + 1
     if store.is_complete(target):
         log.info("checkpoint %s exists: step %d is not sent to %s", store.checkpoint(target), target, deployment)
-        # Rollouts are read only to write back a lost history record with their rewards.
-        recorded = store.step_metrics(target, "train/")
-        groups = None if recorded else store.read_groups(scored_uri)
-        done = already_trained(store, groups, target, complete=True, recorded=recorded)
+        # The rollouts are read only to write back a lost history record with their rewards.
+        done = already_trained(store, lambda: store.read_groups(scored_uri), target, complete=True)
         out = TrainStepResult(
             step=target,
             checkpoint_uri=done.checkpoint_path,

@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 
 from art_core.serving import servers_sharing
-from art_core.step import train_and_record
+from art_core.step import already_trained, train_and_record
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
 from tasks.results import step_run_name
@@ -39,19 +39,17 @@ def train_step(
     the next step's rollouts are sampled meanwhile)."""
     t0, log = time.perf_counter(), get_run_logger()
     store = ref.store()
-    complete = store.is_complete(step + 1)
-    recorded = store.step_metrics(step + 1, "train/") if complete else {}
-    # A step trained and recorded already needs none of its rollouts (a resumed run): they are not read.
-    groups = None if recorded else store.read_groups(scored_uri)
-    if groups is None and not complete:
-        raise FileNotFoundError(
-            f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
-            "run the flow again and they are gathered and scored again"
-        )
-    servers = servers_sharing(ref.base_model, inference_url) if sleep_servers else []
-    result = train_and_record(
-        store, ref.base_model, groups or [], config, step, servers=servers, complete=complete, recorded=recorded
-    )
+    if store.is_complete(step + 1):  # a resumed run: the rollouts are read only to write back a lost record
+        result = already_trained(store, lambda: store.read_groups(scored_uri), step + 1, complete=True)
+    else:
+        groups = store.read_groups(scored_uri)
+        if groups is None:
+            raise FileNotFoundError(
+                f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
+                "run the flow again and they are gathered and scored again"
+            )
+        servers = servers_sharing(ref.base_model, inference_url) if sleep_servers else []
+        result = train_and_record(store, ref.base_model, groups, config, step, servers=servers, complete=False)
     out = TrainStepResult(
         step=result.step,
         checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),

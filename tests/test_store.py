@@ -125,7 +125,7 @@ def test_one_record_per_step_and_phase(tmp_path):
 def test_a_trained_and_recorded_step_is_recognised_in_three_storage_calls(tmp_path, monkeypatch):
     """A resumed run asks storage whether each step is done: on S3 every call is a round trip, so a finished
     step costs one marker check and one history read (exists + read), not the five calls and three reads of
-    before. The train task hands over what it read (`complete`, `recorded`), so that is all a step costs."""
+    before, and its rollouts are not read. The train task hands over the marker it checked (`complete`)."""
     from art_core.step import already_trained
 
     store = ModelStore(str(tmp_path), "demo", "agent")
@@ -139,15 +139,20 @@ def test_a_trained_and_recorded_step_is_recognised_in_three_storage_calls(tmp_pa
             store.storage, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name), _real(*a, **kw))[1]
         )
 
-    done = already_trained(store, None, 1)
+    read_rollouts: list[int] = []
+
+    def rollouts():
+        read_rollouts.append(1)
+        return _groups()
+
+    done = already_trained(store, rollouts, 1)
     assert done is not None and not done.trained and done.metrics == {"loss": 0.25, "reward": 0.5}
     assert calls == ["exists", "exists", "read_text"], calls  # the marker; history.jsonl exists, is read
 
-    calls.clear()  # what the train task read already is not read again
-    recorded = store.step_metrics(1, "train/")
-    calls.clear()
-    assert already_trained(store, None, 1, complete=True, recorded=recorded).metrics == done.metrics
-    assert calls == []
+    calls.clear()  # the marker the train task checked already is not checked again
+    assert already_trained(store, rollouts, 1, complete=True).metrics == done.metrics
+    assert calls == ["exists", "read_text"], calls
+    assert read_rollouts == []  # recorded: the rollouts are never read
     assert already_trained(store, None, 2) is None  # no checkpoint 2: still to train
 
 
@@ -158,6 +163,6 @@ def test_a_trained_step_whose_record_a_crash_lost_gets_it_back_with_its_rollouts
     folder = store.checkpoint(1)
     store.storage.write_json(store.storage.join(folder, "trainer_state.json"), {"step": 1, "metrics": {"loss": 0.25}})
     store.storage.write_text(store.storage.join(folder, "COMPLETE"), "ok\n")
-    done = already_trained(store, _groups(), 1, complete=True, recorded={})
+    done = already_trained(store, _groups, 1, complete=True)  # read now: the record is written back with them
     assert done.metrics["loss"] == 0.25 and done.metrics["reward"] == 0.5 and done.metrics["backfilled"] == 1.0
     assert store.train_metrics(1) == done.metrics
