@@ -22,7 +22,7 @@ from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
 from flows.train import checkpoint_fingerprint_of, refs
-from tasks import evaluate, evaluate_prompted, with_result_storage
+from tasks import evaluate, evaluate_prompted, result_storage_for, with_result_storage
 
 
 @flow(name="evaluate", log_prints=True)
@@ -40,7 +40,8 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
             f"steps {missing} have no complete checkpoint under {ref.path('checkpoints')}; "
             f"complete steps: {store.checkpoint_steps() or 'none'}"
         )
-    task = with_result_storage(evaluate, run.storage_url)
+    results = result_storage_for(run.storage_url)
+    task = with_result_storage(evaluate, results)
     e = run.eval
 
     def one(step: int) -> EvalReport:
@@ -59,7 +60,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
         )
 
     if config.baseline_model:  # a prompted model: same scenarios, same sampling, its own endpoint
-        baseline = with_result_storage(evaluate_prompted, run.storage_url)(
+        baseline = with_result_storage(evaluate_prompted, results)(
             run.storage_url,
             run.project,
             config.baseline_url or run.inference_url,

@@ -23,7 +23,7 @@ from art_core.envs.mcp import GenerateOptions
 from flows.config import EnvironmentConfig, RunConfig
 from flows.train import TrainSummary, train
 from tasks.mcp import generate_mcp_scenarios
-from tasks.results import with_result_storage
+from tasks.results import result_storage_for, with_result_storage
 
 _SERVER_FIELDS = ("command", "url", "server_env", "generate", "scenarios")
 
@@ -79,7 +79,8 @@ def train_mcp(config: McpRunConfig) -> TrainSummary:
         raise ValueError(
             "train_mcp trains an 'mcp' environment: give command or url (or environment={'name': 'mcp', ...})"
         )
-    found = with_result_storage(generate_mcp_scenarios, config.storage_url)(config.environment.options)
+    results = result_storage_for(config.storage_url)
+    found = with_result_storage(generate_mcp_scenarios, results)(config.environment.options)
     print(
         f"MCP scenarios: {found.count} ({found.splits}), generation cost ${found.cost_usd:.4f}, at {found.uri or 'options'}"
     )

@@ -22,7 +22,7 @@ from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
 from flows.lifetime import guard_temporary_server
 from flows.train import checkpoint_fingerprint_of, refs, train
-from tasks import evaluate, export_adapter, with_result_storage
+from tasks import evaluate, export_adapter, result_storage_for, with_result_storage
 
 
 class RetrainSummary(BaseModel):
@@ -48,7 +48,7 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     train(run.model_copy(update={"steps": latest + config.extra_steps}))
     new_step = ref.store().latest_step()
 
-    task = with_result_storage(evaluate, run.storage_url)
+    task = with_result_storage(evaluate, result_storage_for(run.storage_url))
     e = run.eval
 
     def reward_of(step: int) -> float:

@@ -27,7 +27,7 @@ from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
 from flows.queue import device_slot
 from flows.reporting import publish_run_report
-from tasks import evaluate, gather_trajectories, score_groups, train_step, with_result_storage
+from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step, with_result_storage
 from tasks.specs import ScoreResult
 
 
@@ -115,9 +115,10 @@ def train(config: RunConfig) -> TrainSummary:
 
 
 def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout: RolloutSpec) -> TrainSummary:
-    gather = with_result_storage(gather_trajectories, config.storage_url)
-    score = with_result_storage(score_groups, config.storage_url)
-    evaluate_step = with_result_storage(evaluate, config.storage_url)
+    results = result_storage_for(config.storage_url)
+    gather = with_result_storage(gather_trajectories, results)
+    score = with_result_storage(score_groups, results)
+    evaluate_step = with_result_storage(evaluate, results)
     store = ref.store()
     url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
     server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts

@@ -5,7 +5,7 @@ another machine) still finds them. A local root is used as a plain path; an s3:/
 `RemoteFileSystem` block (Prefect refuses unsaved blocks as result storage). The block stores only the
 endpoint URL; keys are read by s3fs from the environment, never written to Prefect.
 
-    gather = with_result_storage(gather_trajectories, "s3://bucket/runs")
+    gather = with_result_storage(gather_trajectories, result_storage_for("s3://bucket/runs"))
 """
 
 from __future__ import annotations
@@ -56,14 +56,13 @@ def result_storage_for(storage_url: str):
     return block
 
 
-def with_result_storage(task: T, storage_url: str) -> T:
-    """`task` with its results kept under `storage_url` (see `result_storage_for`).
+def with_result_storage(task: T, storage) -> T:
+    """`task` with its results kept in `storage`, what `result_storage_for` returned (one call a flow run:
+    for an s3:// root it saves the block, so a new Prefect database gets it back).
 
     For a local root the copy is made once per process: `Task.with_options` reads the function's source
-    and hashes it again, about 3 ms a task, which a cached re-run of the train flow paid three times. An
-    s3:// root's block is saved again each time, so a new Prefect database gets it back.
+    and hashes it again, about 3 ms a task, which a cached re-run of the train flow paid three times.
     """
-    storage = result_storage_for(storage_url)
     if isinstance(storage, Path):
         return _with_local_results(task, storage)
     return task.with_options(result_storage=storage)
