@@ -164,8 +164,11 @@ def shutdown_ray() -> None:
         ray.shutdown()
 
 
-def _group_on_ray(spec_json: str, endpoint: dict[str, Any], model: str, scenario_json: str, group_size: int) -> str:
-    """In a Ray worker: one group's rollouts on one endpoint; returned as JSON (failures kept, not raised)."""
+def _group_on_ray(
+    spec_json: str, endpoint: dict[str, Any], model: str, scenario_json: str, group_size: int, seed: int | None
+) -> str:
+    """In a Ray worker: one group's rollouts on one endpoint; returned as JSON (failures kept, not raised).
+    `seed`: the group's seed (art_core.rollouts.group_seeds), so Ray samples what a process would."""
     from art_core.envs.base import Scenario
     from art_core.rollouts import RolloutSpec, rollout_groups
 
@@ -181,6 +184,7 @@ def _group_on_ray(spec_json: str, endpoint: dict[str, Any], model: str, scenario
             max_exceptions=group_size,
             sampling=spec.sampling,
             pbar_desc=None,
+            seeds=None if seed is None else [seed],
         )
     )
     return groups[0].model_dump_json()
@@ -193,12 +197,14 @@ def roll_out_on_ray(
     next group); groups return in scenario order. More failed rollouts than spec.max_exceptions raise
     TooManyExceptions, as in-process rollouts do."""
     from art_core.gather import TooManyExceptions, exception_limit
+    from art_core.rollouts import group_seeds
     from art_core.trajectories import TrajectoryGroup
 
     ray = connect_ray(address)
     task = ray.remote(num_cpus=0, max_retries=0)(_group_on_ray)
     per_replica = max(1, math.ceil(len(scenarios) / (2 * len(endpoints))))
     spec_json = spec.model_dump_json()
+    seeds = group_seeds(spec.sampling.get("seed"), scenarios)
     fields = [{**e.model_dump(), "api_key": e.api_key} for e in endpoints]
     queue, running = deque(enumerate(scenarios)), {}
     load, results = [0] * len(endpoints), [None] * len(scenarios)
@@ -206,7 +212,8 @@ def roll_out_on_ray(
         while queue and min(load) < per_replica:
             e = min(range(len(endpoints)), key=lambda k: load[k])
             i, s = queue.popleft()
-            running[task.remote(spec_json, fields[e], model, s.model_dump_json(), spec.group_size)] = (i, e)
+            seed = None if seeds is None else seeds[i]
+            running[task.remote(spec_json, fields[e], model, s.model_dump_json(), spec.group_size, seed)] = (i, e)
             load[e] += 1
         done, _ = ray.wait(list(running), num_returns=1)
         for ref in done:

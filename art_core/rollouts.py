@@ -12,6 +12,8 @@ Servers and adapters are art_core.serving's; the reuse-or-roll-out decision is a
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import random
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
@@ -82,6 +84,39 @@ def scenarios_for_step(env: Environment, split: str, step: int, count: int, seed
     return [pool[order[(start + i) % len(pool)]] for i in range(count)]
 
 
+# ---- seeded sampling: the same seed, checkpoint and scenarios roll out the same trajectories -----------------------
+def derive_seed(seed: int, *parts: Any) -> int:
+    """A 31-bit sampling seed derived from `seed` and `parts` (a step, a scenario id, a rollout's index):
+    the same parts always give the same seed, different ones practically never do.
+
+    >>> derive_seed(0, "step", 3) == derive_seed(0, "step", 3) != derive_seed(0, "step", 4)
+    True
+    """
+    digest = hashlib.sha256(json.dumps([seed, *parts], default=str).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def step_sampling(sampling: dict[str, Any], step: int) -> dict[str, Any]:
+    """The sampling of step `step`'s rollouts: a seed, if one is set, mixed with the step, so a step that
+    draws a scenario again (the next epoch) does not replay the same random numbers on it."""
+    if sampling.get("seed") is None:
+        return sampling
+    return {**sampling, "seed": derive_seed(sampling["seed"], "step", step)}
+
+
+def group_seeds(seed: int | None, scenarios: list[Scenario]) -> list[int] | None:
+    """One seed per group: from `seed`, the scenario's id and how many times it came earlier in the list
+    (a step that wraps around a small pool draws a scenario twice: its two groups differ). None: unseeded."""
+    if seed is None:
+        return None
+    seen: dict[str, int] = {}
+    seeds = []
+    for s in scenarios:
+        seeds.append(derive_seed(seed, s.id, seen.get(s.id, 0)))
+        seen[s.id] = seen.get(s.id, 0) + 1
+    return seeds
+
+
 async def rollout_groups(
     env: Environment,
     endpoint: "Endpoint | list[Endpoint]",
@@ -92,24 +127,31 @@ async def rollout_groups(
     max_exceptions: int | float = 0,
     sampling: dict[str, Any] | None = None,
     pbar_desc: str | None = "gather",
+    seeds: list[int] | None = None,
 ) -> list[TrajectoryGroup]:
     """Roll each scenario out `group_size` times against `model`; groups in scenario order.
 
     Given several endpoints (replicas serving `model` under the same name), each rollout goes to the one
     with the fewest rollouts in flight (Balancer, below) and records it in its metadata. Each
     group's metadata records the scenario id, so a stored step can be traced back to its inputs.
+
+    `sampling["seed"]` (not None) seeds every rollout on its own (`seed` of each chat call, which vLLM
+    honours per request, whatever else it batches): rollout i of a group gets a seed derived from the
+    group's (`group_seeds`, or `seeds` given one per group) and i, so one checkpoint rolls the same
+    scenarios out the same way again, and no two rollouts of a group share random numbers.
     """
     balancer = Balancer(endpoint if isinstance(endpoint, list) else [endpoint])
-    sampling = sampling or {}
+    sampling = dict(sampling or {})
+    seeds = seeds if seeds is not None else group_seeds(sampling.pop("seed", None), scenarios)
+    sampling.pop("seed", None)
+
+    def rollouts(g: int, s: Scenario):
+        for i in range(group_size):
+            seeded = {"seed": derive_seed(seeds[g], i)} if seeds is not None else {}
+            yield balanced_rollout(env, balancer, model, s, **sampling, **seeded)
+
     try:
-        pending = [
-            trajectory_group(
-                (balanced_rollout(env, balancer, model, s, **sampling) for _ in range(group_size)),
-                scenario_id=s.id,
-                split=s.split,
-            )
-            for s in scenarios
-        ]
+        pending = [trajectory_group(rollouts(g, s), scenario_id=s.id, split=s.split) for g, s in enumerate(scenarios)]
         return await gather_trajectory_groups(pending, max_exceptions=max_exceptions, pbar_desc=pbar_desc)
     finally:
         await balancer.close()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from pydantic import BaseModel
 
 from art_core.backend import TrainResult
-from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step
+from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step, step_sampling
 from art_core.store import ModelRef, ModelStore, file_fingerprint
 
 if TYPE_CHECKING:
@@ -114,10 +114,12 @@ def gather_step(
         for ep in endpoints:  # every replica serves the step under the same name
             name = load_checkpoint(ep, store, ref.base_model, sampled)
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
+    sampling = step_sampling(rollout.sampling, step)  # a seed, if set, differs from step to step
     if replicas is not None and replicas.on == "ray":
         from art_core.fanout import roll_out_on_ray
 
-        groups = roll_out_on_ray(rollout, endpoints, name, scenarios, replicas.ray_address)
+        spec = rollout.model_copy(update={"sampling": sampling})
+        groups = roll_out_on_ray(spec, endpoints, name, scenarios, replicas.ray_address)
     else:
         coro = rollout_groups(
             env,
@@ -126,7 +128,7 @@ def gather_step(
             scenarios,
             rollout.group_size,
             max_exceptions=rollout.max_exceptions,
-            sampling=rollout.sampling,
+            sampling=sampling,
         )
         groups = (run or asyncio.run)(coro)
     for g in groups:

@@ -96,6 +96,14 @@ class SamplingConfig(_Strict):
         description="Most tokens per assistant turn; None: the environment's recommendation (tau2: 2048), "
         f"else {DEFAULT_MAX_TOKENS}. Too few cut tool calls (one booking call is a few hundred tokens).",
     )
+    seed: int | None = Field(
+        None,
+        # Left out of the sampling dict while None, so runs without a seed keep their cache keys.
+        exclude_if=lambda v: v is None,
+        description="Seed each rollout's sampling (vLLM honours it per request): from this, the step, the "
+        "scenario and the rollout's index, so a checkpoint rolls a step out the same way again (a re-gathered "
+        "step, a comparison between runs). Evaluations reuse the same seeds at every checkpoint. None: unseeded.",
+    )
 
 
 class EvalConfig(_Strict):

@@ -61,6 +61,17 @@ def structure(storage: str, cfg: RunConfig) -> dict:
     }
 
 
+def completions(storage: str, cfg: RunConfig) -> dict[int, list[list[list[str]]]]:
+    """The model's replies in each step's stored rollouts, group by group, rollout by rollout, turn by turn."""
+    store = ModelStore(storage, cfg.project, cfg.model)
+
+    def replies(t) -> list[str]:
+        return [str(m.get("content")) for m in t.messages() if m["role"] == "assistant"]
+
+    steps = {s: store.read_groups(store.trajectories("train", s)) for s in range(cfg.steps)}
+    return {s: [[replies(t) for t in g.trajectories] for g in groups] for s, groups in steps.items()}
+
+
 def served_requests(base_url: str) -> float:
     """Requests a vLLM server finished, from its Prometheus counters."""
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=30).text
@@ -68,14 +79,18 @@ def served_requests(base_url: str) -> float:
 
 
 def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_model_path, s3_root, session_server):
-    """Storage on S3 (moto): the Ray replicas fetch each step's adapter from it, not from a local path."""
+    """Storage on S3 (moto): the Ray replicas fetch each step's adapter from it, not from a local path. Both
+    runs seed their sampling alike, so Ray's workers sample the very rollouts one process samples."""
     from art_core.fanout import Replicas, shutdown_ray
     from art_core.storage import Storage
     from flows.train import train
 
-    one = config(tiny_model_path, f"{s3_root}/one", "agent", inference_url=session_server)
+    seeded = {"max_tokens": 8, "seed": 0}
+    one = config(tiny_model_path, f"{s3_root}/one", "agent", inference_url=session_server, sampling=seeded)
     train(one)
-    ray_cfg = config(tiny_model_path, f"{s3_root}/ray", "agent", scale={"replicas": 2, "rollouts_on": "ray"})
+    ray_cfg = config(
+        tiny_model_path, f"{s3_root}/ray", "agent", scale={"replicas": 2, "rollouts_on": "ray"}, sampling=seeded
+    )
     try:
         summary = train(ray_cfg)
         endpoints = Replicas(count=2, on="ray").endpoints(tiny_model_path)
@@ -93,6 +108,7 @@ def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_mod
         for t in g.trajectories
     }
     assert served_by == set(counts), "every replica served trajectories, and nothing else did"
+    assert completions(f"{s3_root}/ray", ray_cfg) == completions(f"{s3_root}/one", one)
 
 
 def test_replicas_elsewhere_need_storage_they_can_read(tiny_model_path, tmp_path):
