@@ -1,4 +1,5 @@
-"""The train flow: gather -> score -> train (-> evaluate) for each step, every step a cached Prefect task.
+"""The train flow: gather -> score -> train (-> evaluate) for each step, every step a cached Prefect task
+(score only with a RULER judge: without one the environment's rewards stand and there is nothing to run).
 
     python -c "from flows.train import train; from flows.config import RunConfig; train(RunConfig(...))"
 
@@ -234,10 +235,14 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
         if not trained and store.read_groups(gathered.uri) is None:
             gathered = gather.with_options(refresh_cache=True)(*args, **extra)
         t1 = time.perf_counter()
-        scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
-        # Without a judge the scored file is the gathered one, read just above: not parsed a second time.
-        if not trained and scored.uri != gathered.uri and store.read_groups(scored.uri) is None:
-            scored = score.with_options(refresh_cache=True)(ref, gathered.uri, gathered.fingerprint, step, config.judge)
+        if config.judge is None:  # the environment's rewards stand: nothing to score, so no task run for it
+            scored = ScoreResult(step=step, uri=gathered.uri, summary=gathered.summary, judged=False, seconds=0.0)
+        else:
+            scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
+            if not trained and store.read_groups(scored.uri) is None:
+                scored = score.with_options(refresh_cache=True)(
+                    ref, gathered.uri, gathered.fingerprint, step, config.judge
+                )
         t2 = time.perf_counter()
         if training is not None:  # checkpoint `step` must exist before step `step` trains from it
             finish(training)

@@ -1,6 +1,7 @@
 """Prefect task: score a step's groups with the environment's reward, or rescore them with RULER.
 
-Without a judge the environment's rewards stand and the gathered file is passed on as it is. With a
+Without a judge the environment's rewards stand and the gathered file is passed on as it is (the train
+flow then runs no score task at all: a task run per step costs a cached re-run about 10 ms). With a
 judge each group is sent to RULER once and the rescored groups are written next to the gathered ones
 (`{step:04d}.scored.jsonl`). A judge that fails (no key, unreachable) fails the task loudly; the
 gathered trajectories stay in storage and in the cache, so the next run scores them without rolling out.
