@@ -1,7 +1,7 @@
 """Benchmark: what the Prefect pipeline costs on top of the same art_core calls in a plain loop.
 
-    python bench/pipeline.py              # ~6 minutes on 2 CPU cores; appends to bench/results/pipeline.txt
-    python bench/pipeline.py --steps 4 --groups 4 --group-size 8 --rounds 6
+    python bench/pipeline.py              # ~5 minutes on 2 CPU cores; appends to bench/results/pipeline.txt
+    python bench/pipeline.py --steps 4 --groups 4 --group-size 8 --rounds 10
 
 In one process, against one vLLM server serving the tiny model:
 1. warm-up: a plain loop of N steps on a throw-away model (imports, the trainer's first load, the first
@@ -103,7 +103,7 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=6, help="flow runs, each between two plain loops (load drifts)")
+    p.add_argument("--rounds", type=int, default=10, help="flow runs, each between two plain loops (load drifts)")
     p.add_argument("--out", default=RESULTS, help="file the section is appended to (earlier sections are kept)")
     args = p.parse_args()
 
