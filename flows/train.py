@@ -178,8 +178,9 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
             summary.staleness[step + 1] = age
         print(
             f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
-            f"reward {scored.summary['reward']:.3f}; gather {running.gather_s:.1f}s, score {running.score_s:.1f}s, "
-            f"train {trained.seconds:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
+            f"reward {scored.summary['reward']:.3f}; gather {running.gather_s:.1f}s, "
+            + (f"score {running.score_s:.1f}s, " if scored.judged else "")  # no judge: nothing was scored
+            + f"train {trained.seconds:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
             + (f", sampled {age:g} step(s) behind" if age else "")
         )
         evaluate_if_due(trained.step)
