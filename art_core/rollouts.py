@@ -142,8 +142,9 @@ async def rollout_groups(
     """
     balancer = Balancer(endpoint if isinstance(endpoint, list) else [endpoint])
     sampling = dict(sampling or {})
-    seeds = seeds if seeds is not None else group_seeds(sampling.pop("seed", None), scenarios)
-    sampling.pop("seed", None)
+    seed = sampling.pop("seed", None)  # each rollout gets its own, below
+    if seeds is None:
+        seeds = group_seeds(seed, scenarios)
 
     def rollouts(g: int, s: Scenario):
         for i in range(group_size):

@@ -17,9 +17,9 @@ runs of each against the plain loops either side, and the pooled ratio), Prefect
 step measured inside the flow runs (step wall time minus time in the task bodies), CPU seconds split by
 process (this one, vLLM, the Prefect server), the tokens each side sampled, and the median cached re-run as
 a fraction of its first run (target <= 5%; a run started right after another is where the Prefect server's
-SQLite used to refuse the new flow run and make it wait 2 s). Both sides seed their sampling alike (`sampling.seed`) and train with the same
-seed, so every run, plain or flow, samples the same rollouts and trains the same weights: the two sides do
-the same work and their difference is the pipeline's. (Unseeded, single plain steps ranged 0.56-1.91 s.)
+SQLite used to refuse the new flow run and make it wait 2 s). Both sides seed their sampling alike
+(`sampling.seed`) and train with the same seed, so every run, plain or flow, samples the same rollouts and
+trains the same weights: the two sides do the same work and their difference is the pipeline's. (Unseeded, single plain steps ranged 0.56-1.91 s.)
 """
 
 from __future__ import annotations
@@ -136,15 +136,12 @@ def main() -> None:
         )
 
     plain: list[float] = []
-    plain_runs: list[float] = []  # seconds of each whole plain loop
     plain_cpu = {"this process": 0.0, "vLLM": 0.0, "Prefect server": 0.0}
     flows, flow_cpu, reruns = [], {k: 0.0 for k in plain_cpu}, []  # reruns: (seconds, first run's seconds)
 
     def timed_plain(name: str) -> None:
         split0 = cpu_by_process()
-        times = plain_loop(config(name, args.steps), args.steps)
-        plain.extend(times)
-        plain_runs.append(sum(times))
+        plain.extend(plain_loop(config(name, args.steps), args.steps))
         for k, v in cpu_by_process().items():
             plain_cpu[k] += v - split0[k]
 
@@ -181,6 +178,7 @@ def main() -> None:
     # art_core calls) is what Prefect itself adds. Unlike the plain loop, this is immune to load drift.
     body = sum(sum(sum(p.values()) for p in f.phase_seconds.values()) for _, f in flows) / n_flow
     # Each flow run against the mean of the plain loops just before and just after it (the same minutes).
+    plain_runs = [sum(plain[i : i + args.steps]) for i in range(0, len(plain), args.steps)]  # each whole loop
     whole = [s / ((plain_runs[r] + plain_runs[r + 1]) / 2) for r, (s, _) in enumerate(flows)]
     shares = [t / first_s for t, first_s in reruns]
     lines = [
