@@ -172,14 +172,15 @@ class TrainConfig(BaseModel):
     memory_budget_gib: float | None = Field(
         None,
         gt=0,
-        description="Memory for activations when tokens_per_forward is None. None: half the CUDA memory free "
-        "once the model is loaded (vLLM on the same GPU keeps its share), or 1 GiB on CPU.",
+        description="Memory for activations (sizes passes and decides checkpointing). None: three quarters of the "
+        "CUDA memory free once the model is loaded (vLLM on the same GPU keeps its share), or 1 GiB on CPU.",
     )
     gradient_checkpointing: bool | None = Field(
         None,
         description="Recompute each decoder layer's activations in backward instead of keeping them: about a "
         "third more compute for a fraction of the activation memory, so passes hold many more tokens. None: on "
-        "with CUDA, off on CPU (where memory is not the limit and compute is).",
+        "CUDA, on only when a pass without it would not hold the step's longest sequence (and at least 1024 "
+        "tokens) in memory_budget_gib; off on CPU (where memory is not the limit and compute is).",
     )
     packed_attention: Literal["auto", "segments", "flex", "mask"] = Field(
         "auto",

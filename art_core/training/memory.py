@@ -9,14 +9,19 @@ from the model's shape and a budget:
                     = layers x hidden (each layer's input) + one layer's worth    with activation checkpointing
     tokens per pass = budget / (SAFETY x bytes per token), within [MIN_TOKENS, MAX_TOKENS]
 
-The budget is `TrainConfig.memory_budget_gib` when given; otherwise, on CUDA, half of the device memory
-free once the model is loaded (vLLM sharing the GPU already holds its share, and the other half is left
-for the allocator's fragmentation and the optimizer), and on CPU 1 GiB (larger passes run no faster on
-a CPU; the step's peak stays small beside the model). The figures land in the step's metrics
-(`tokens_per_pass`, `passes`, `peak_memory_gib`), so what the defaults did is visible.
+The budget is `TrainConfig.memory_budget_gib` when given; otherwise, on CUDA, FREE_FRACTION of the
+device memory free once the model is loaded (vLLM sharing the GPU already holds its share; the rest is
+left for the LM head's chunk buffers, the optimizer and the allocator's fragmentation), and on CPU 1 GiB
+(larger passes run no faster on a CPU; the step's peak stays small beside the model).
+
+Activation checkpointing recomputes every layer's forward in backward: about 8N instead of 6N FLOPs per
+token. So on CUDA the default (`choose_checkpointing`) keeps it off whenever a pass without it still
+holds the step's longest sequence and at least MIN_FULL_TOKENS tokens, and turns it on only when memory
+forces it. The figures land in the step's metrics (`tokens_per_pass`, `passes`, `gradient_checkpointing`,
+`peak_memory_gib`), so what the defaults did is visible.
 
     >>> per_token_bytes(hidden=3584, intermediate=18944, layers=28, kv_dim=512, dtype_bytes=2, checkpointing=True)
-    626688
+    741376
     >>> tokens_per_pass(budget_bytes=20 << 30, bytes_per_token=478208)
     16384
 """
@@ -26,9 +31,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-SAFETY = 1.5  # allocator rounding, LoRA intermediates, the norms' float32 upcasts, gradients in flight
+SAFETY = 1.5  # allocator rounding, LoRA intermediates, gradients in flight
 MIN_TOKENS = 512
 MAX_TOKENS = 16384  # beyond this a pass is no faster per token, on a GPU or a CPU
+MIN_FULL_TOKENS = 1024  # passes without checkpointing smaller than this lose more to per-pass overhead
+FREE_FRACTION = 0.75  # of the free CUDA memory, for activations
 CPU_BUDGET_BYTES = 1 << 30
 
 
@@ -37,12 +44,13 @@ def per_token_bytes(
 ) -> int:
     """Bytes of activations one token of a pass keeps alive for backward (an estimate, see module doc).
 
-    One decoder layer keeps about: its input, the normed input, q, k, v, rotated q and k, the attention
-    output, the residual sum and the second norm (about 8 x hidden + 4 x kv_dim), and the MLP's gate, up,
-    activation and product (4 x intermediate). With checkpointing only each layer's input stays, plus one
-    layer's worth while it is recomputed (and its gradients, hence 2x).
+    One decoder layer keeps about: its input, the two norms' inputs and outputs (RMSNorm upcasts to
+    float32, so in bf16 each costs about 5 x hidden of the dtype), q, k, v, rotated q and k, the attention
+    output (about 16 x hidden + 4 x kv_dim in all), and the MLP's gate, up, activation and product
+    (4 x intermediate). With checkpointing only each layer's input stays, plus one layer's worth while it
+    is recomputed (and its gradients, hence 2x).
     """
-    one_layer = (8 * hidden + 4 * kv_dim + 4 * intermediate) * dtype_bytes
+    one_layer = (16 * hidden + 4 * kv_dim + 4 * intermediate) * dtype_bytes
     if checkpointing:
         return layers * hidden * dtype_bytes + 2 * one_layer
     return layers * one_layer
@@ -70,8 +78,24 @@ def tokens_per_pass(budget_bytes: int, bytes_per_token: int) -> int:
     return max(MIN_TOKENS, min(MAX_TOKENS, fit // 256 * 256))
 
 
+def choose_checkpointing(
+    budget_bytes: int, full_bytes_per_token: int, longest: int, tokens_per_forward: int | None = None
+) -> bool:
+    """Whether a CUDA step needs activation checkpointing: only when a pass without it would not hold
+    `tokens_per_forward` (when given), or else `longest` tokens and at least MIN_FULL_TOKENS, in `budget_bytes`.
+
+    >>> choose_checkpointing(40 << 30, 3_000_000, longest=1500)   # 1.5B-sized layers, 40 GiB: ~9.5k tokens fit
+    False
+    >>> choose_checkpointing(4 << 30, 3_000_000, longest=1500)    # ~950 tokens fit: recompute instead
+    True
+    """
+    need = tokens_per_forward if tokens_per_forward is not None else max(MIN_FULL_TOKENS, longest)
+    return need * SAFETY * full_bytes_per_token > budget_bytes
+
+
 def activation_budget(device: Any, budget_gib: float | None) -> int:
-    """Bytes a step may spend on activations: the configured budget, else half the free CUDA memory, else 1 GiB."""
+    """Bytes a step may spend on activations: the configured budget, else FREE_FRACTION of the free CUDA
+    memory, else 1 GiB."""
     if budget_gib is not None:
         return int(budget_gib * (1 << 30))
     if getattr(device, "type", str(device)) == "cuda":
@@ -81,7 +105,7 @@ def activation_budget(device: Any, budget_gib: float | None) -> int:
         # Blocks PyTorch's allocator holds from earlier steps are free to this step too; without them the
         # second step would see less memory than the first and size its passes differently.
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return (free + cached) // 2
+        return int((free + cached) * FREE_FRACTION)
     return CPU_BUDGET_BYTES
 
 

@@ -178,6 +178,7 @@ def _sft_step(base_model, trajectories, config, train_config, storage, project, 
     from art_core.training import trainer
     from art_core.training.attention import packed_attention
     from art_core.training.checkpoints import save_checkpoint
+    from art_core.training.fused_lora import fused_lora
     from art_core.training.packing import batch_logprobs, pack_sequences
 
     started = time.time()
@@ -194,14 +195,14 @@ def _sft_step(base_model, trajectories, config, train_config, storage, project, 
         for i, t in enumerate(trajectories)
     ]
     per_pass, per_row, checkpointing, attention = trainer.pass_shape(
-        model, train_config, next(model.parameters()).device
+        model, train_config, next(model.parameters()).device, max((len(s) for s in seqs), default=0)
     )
     trainer._set_checkpointing(model, checkpointing)
     sizes = config.batch_sizes(len(seqs))
     rates = config.rates(len(sizes))
     params = [p for p in model.parameters() if p.requires_grad]
     losses, tokens, start = [], 0, 0
-    with packed_attention(model, attention):
+    with packed_attention(model, attention), fused_lora(model):
         for size, lr in zip(sizes, rates):
             batch = seqs[start : start + size]
             start += size

@@ -10,7 +10,8 @@ One step, as a reader would follow it:
  2. tokenize every trajectory (tokenize.py), drop bad ones with a warning naming them,
  3. group-relative advantages (advantages.py); groups without signal are skipped and counted,
  4. size a forward pass from the model and the memory budget (memory.py), switch attention to the
-    packed mode (attention.py) and activation checkpointing on or off,
+    packed mode (attention.py), activation checkpointing on only where memory needs it, and the LoRA
+    linears to their fused forward (fused_lora.py),
  5. per mini-batch: aggregation weights, pack into rows and passes (packing.py), forward + chunked
     log-probs (logprobs.py) + loss (losses.py) + backward per pass (gradient accumulation), clip the
     gradient norm, one AdamW step,
@@ -44,6 +45,7 @@ from art_core.training.advantages import balance_advantages, step_advantages
 from art_core.training.attention import choose_attention, packed_attention
 from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
+from art_core.training.fused_lora import fused_lora
 from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss, option_metrics_end, option_metrics_start
 from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
 from art_core.training.reference import reference_policy
@@ -249,19 +251,33 @@ def _set_checkpointing(model: Any, on: bool) -> None:
         causal_lm.gradient_checkpointing_disable()
 
 
-def pass_shape(model: Any, config: TrainConfig, device: Any) -> tuple[int, int, bool, str]:
+def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -> tuple[int, int, bool, str]:
     """(tokens per forward pass, tokens per packed row, activation checkpointing, attention mode) of a step.
+
+    `longest` is the step's longest sequence in tokens. Checkpointing left to None is off on CPU; on CUDA
+    it is on only when a pass without it would not fit the memory budget (memory.choose_checkpointing).
 
     >>> pass_shape(model, TrainConfig(), torch.device("cpu"))     # doctest: +SKIP
     (16384, 16384, False, 'segments')
     """
-    checkpointing = device.type == "cuda" if config.gradient_checkpointing is None else config.gradient_checkpointing
+    from art_core.training.memory import choose_checkpointing
+
     attention = choose_attention(config.packed_attention, device.type)
+    dtype_bytes = next(model.parameters()).element_size()
+    budget = None
+    checkpointing = config.gradient_checkpointing
+    if checkpointing is None:
+        checkpointing = False
+        if device.type == "cuda":
+            budget = activation_budget(device, config.memory_budget_gib)
+            full = model_per_token_bytes(model.config, dtype_bytes, checkpointing=False)
+            checkpointing = choose_checkpointing(budget, full, longest, config.tokens_per_forward)
     per_pass = config.tokens_per_forward
     if per_pass is None:
-        dtype_bytes = next(model.parameters()).element_size()
         per_token = model_per_token_bytes(model.config, dtype_bytes, checkpointing)
-        per_pass = tokens_per_pass(activation_budget(device, config.memory_budget_gib), per_token)
+        if budget is None:
+            budget = activation_budget(device, config.memory_budget_gib)
+        per_pass = tokens_per_pass(budget, per_token)
     per_row = config.tokens_per_row
     if per_row is None:
         # Without a dense mask a row costs what its segments cost: one row per pass, no padding at all.
@@ -280,7 +296,8 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
     _set_hyperparameters(optimizer, config)
     max_len = config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
     seqs, counts = prepare_sequences(groups, state.tokenizer, config, max_len)
-    tokens_per_forward, tokens_per_row, checkpointing, attention = pass_shape(model, config, device)
+    longest = max((len(s) for s in seqs), default=0)
+    tokens_per_forward, tokens_per_row, checkpointing, attention = pass_shape(model, config, device, longest)
     _set_checkpointing(model, checkpointing)
     pad_id = state.tokenizer.pad_token_id or 0
     skipped_reasons = counts.pop("skipped_reasons")
@@ -310,10 +327,39 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
         metrics["nothing_trained_reason"] = f"no group had a reward signal ({why})"
         log.warning("step %d of %s/%s trains nothing: %s", step, project, name, metrics["nothing_trained_reason"])
     else:
-        with packed_attention(model, attention), PeakMemory(device) as peak:
-            _run_passes(
-                model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
+        fresh = dict(metrics)
+        out_of_memory = False
+        with packed_attention(model, attention), fused_lora(model), PeakMemory(device) as peak:
+            try:
+                _run_passes(
+                    model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
+                )
+            except Exception as exc:
+                # Only a pass sized by the defaults without checkpointing is retried; the traceback is let go
+                # first (it holds the activations), then the step reruns from checkpoint `step`.
+                if checkpointing or config.gradient_checkpointing is not None or not _is_oom(exc):
+                    raise
+                out_of_memory = True
+        if out_of_memory:
+            log.warning(
+                "step %d of %s/%s ran out of CUDA memory without activation checkpointing (%d tokens a pass); "
+                "rerunning it with checkpointing (set TrainConfig.memory_budget_gib lower to size passes for "
+                "what else shares the GPU)",
+                step,
+                project,
+                name,
+                tokens_per_forward,
             )
+            optimizer = _reset_after_oom(state, storage, project, name, step, config)
+            retry = config.model_copy(update={"gradient_checkpointing": True})
+            tokens_per_forward, tokens_per_row, checkpointing, attention = pass_shape(model, retry, device, longest)
+            _set_checkpointing(model, checkpointing)
+            metrics = {**fresh, "tokens_per_pass": tokens_per_forward, "tokens_per_row": tokens_per_row}
+            metrics.update(gradient_checkpointing=1, out_of_memory_retries=1)
+            with packed_attention(model, attention), fused_lora(model), PeakMemory(device) as peak:
+                _run_passes(
+                    model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
+                )
         metrics["peak_memory_gib"] = round(peak.gib, 3)
     metrics["seconds"] = time.time() - started
     path = save_checkpoint(
@@ -329,6 +375,28 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
     state.owner = (storage.root, project, name, step + 1)
     metrics["seconds"] = time.time() - started  # including the checkpoint write
     return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+def _reset_after_oom(state: _Loaded, storage: Storage, project: str, name: str, step: int, config: TrainConfig) -> Any:
+    """Free what a failed pass held and put checkpoint `step` back (an optimizer step may have run); the optimizer."""
+    import gc
+
+    import torch
+
+    state.optimizer.zero_grad(set_to_none=True)
+    state.owner = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    _restore(state, storage, project, name, step)
+    _set_hyperparameters(state.optimizer, config)
+    return state.optimizer
 
 
 def _run_passes(

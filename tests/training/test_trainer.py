@@ -393,7 +393,9 @@ def _qwen_vocab_model(tiny_model_path: str, path: str) -> str:
 
 
 @pytest.mark.gpu
-def test_default_step_on_cuda_checkpoints_uses_flex_and_stays_small(tiny_model_path, tmp_path, fresh_trainer):
+def test_default_step_on_cuda_uses_flex_checkpoints_only_when_needed_and_stays_small(
+    tiny_model_path, tmp_path, fresh_trainer
+):
     """64 sequences x 600 tokens with Qwen's vocabulary: full float32 logits alone would take 23 GiB."""
     path = _qwen_vocab_model(tiny_model_path, str(tmp_path / "qwen-vocab"))
     rng = random.Random(12)
@@ -425,7 +427,73 @@ def test_default_step_on_cuda_checkpoints_uses_flex_and_stays_small(tiny_model_p
         step=0,
         config=CFG.model_copy(update={"packed_attention": "segments", "gradient_checkpointing": False}),
     ).metrics
-    assert default["gradient_checkpointing"] == 1 and default["tokens"] > 38_000
+    tight = train_grpo_step(
+        base_model=path,
+        groups=groups,
+        storage=store,
+        project="p",
+        name="t",
+        step=0,
+        config=CFG.model_copy(update={"memory_budget_gib": 0.05}),
+    ).metrics
+    # The card has room: nothing is recomputed. A budget too small for a whole sequence turns checkpointing on.
+    assert default["gradient_checkpointing"] == 0 and default["tokens"] > 38_000
+    assert tight["gradient_checkpointing"] == 1 and tight["tokens_per_pass"] < default["tokens_per_pass"]
     assert default["peak_memory_gib"] < 6, default
+    assert tight["loss"] == pytest.approx(default["loss"], rel=0.05, abs=1e-4)
     assert default["loss"] == pytest.approx(plain["loss"], rel=0.05, abs=1e-4)
     assert default["grad_norm"] == pytest.approx(plain["grad_norm"], rel=0.05)
+
+
+def test_a_pass_out_of_memory_reruns_the_step_with_checkpointing(tiny_model_path, tmp_path, fresh_trainer, monkeypatch):
+    """Passes sized by the defaults without checkpointing that run out of CUDA memory are not the user's
+    problem: the step starts again from its checkpoint with checkpointing on, and trains what a
+    checkpointed step trains (the half-updated adapter of the failed try is not kept)."""
+    from art_core.training import trainer
+
+    store = Storage(str(tmp_path))
+    first = train_grpo_step(
+        base_model=tiny_model_path, groups=_groups(1), config=CFG, storage=store, project="p", name="a", step=0
+    )
+    real, calls = trainer._run_passes, []
+
+    def flaky(model, optimizer, *args, **kw):
+        calls.append(model.get_base_model().is_gradient_checkpointing)
+        if len(calls) == 1:
+            real(model, optimizer, *args, **kw)  # a whole update lands before the failure
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, optimizer, *args, **kw)
+
+    monkeypatch.setattr(trainer, "_run_passes", flaky)
+    retried = train_grpo_step(
+        base_model=tiny_model_path, groups=_groups(2), config=CFG, storage=store, project="p", name="a", step=first.step
+    ).metrics
+    monkeypatch.setattr(trainer, "_run_passes", real)
+    assert calls == [False, True]
+    assert retried["out_of_memory_retries"] == 1 and retried["gradient_checkpointing"] == 1
+    trainer.clear_model_cache()
+    plain = train_grpo_step(
+        base_model=tiny_model_path,
+        groups=_groups(2),
+        storage=store,
+        project="p",
+        name="a",
+        step=first.step,
+        config=CFG.model_copy(update={"gradient_checkpointing": True}),
+    ).metrics
+    assert retried["loss"] == pytest.approx(plain["loss"], rel=1e-4, abs=1e-6)
+    assert retried["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
+    assert retried["tokens"] == plain["tokens"] and retried["passes"] == plain["passes"]
+
+    # A user's explicit choice is theirs: the error surfaces.
+    monkeypatch.setattr(trainer, "_run_passes", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
+    with pytest.raises(torch.OutOfMemoryError):
+        train_grpo_step(
+            base_model=tiny_model_path,
+            groups=_groups(2),
+            storage=store,
+            project="p",
+            name="b",
+            step=0,
+            config=CFG.model_copy(update={"gradient_checkpointing": False}),
+        )
