@@ -499,8 +499,8 @@ def _time_ours(model_path: str, groups, steps: int, device: str, profile: str | 
             with open(profile, "w") as f:
                 f.write(f"one profiled step of ours on {model_path}: {wall:.2f} s (profiler on)\n")
                 f.write(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
-    keep = ("tokens_per_pass", "passes", "peak_memory_gib", "gradient_checkpointing")
-    return {"times": times[1:], "metrics": {k: metrics[k] for k in keep}}
+    keep = ("tokens_per_pass", "passes", "peak_memory_gib", "gradient_checkpointing", "out_of_memory_retries")
+    return {"times": times[1:], "metrics": {k: metrics[k] for k in keep if k in metrics}}
 
 
 def _time_trl(model_path: str, batch, steps: int, device: str) -> list[float]:
