@@ -96,9 +96,9 @@ class _Progress:
         self.done_groups = self.exceptions = self.tokens = 0
         self.bar = None
         if desc is not None:
-            from tqdm.auto import tqdm
+            from art_core.progress import progress_bar
 
-            self.bar = tqdm(total=trajectories, desc=desc, unit="trajectory")
+            self.bar = progress_bar(total=trajectories, desc=desc, unit="trajectory")
 
     def trajectory(self, t: Trajectory) -> None:
         self.sums["reward"] += t.reward

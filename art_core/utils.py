@@ -59,10 +59,10 @@ def iterate_dataset(
         return
     steps_per_epoch = math.ceil(size / groups_per_step)
     bar = None
-    if use_tqdm:
-        from tqdm.auto import tqdm
+    if use_tqdm:  # a tqdm bar on a terminal, plain lines in a log file (art_core.progress)
+        from art_core.progress import progress_bar
 
-        bar = tqdm(initial=initial_step, total=steps_per_epoch * num_epochs, desc="Iterating dataset", unit="batch")
+        bar = progress_bar(steps_per_epoch * num_epochs, "Iterating dataset", unit="batch", initial=initial_step)
     try:
         for epoch in range(num_epochs):
             order = list(range(size))

@@ -1,0 +1,106 @@
+"""Progress of long loops, fit for a terminal and for a log file alike.
+
+On a terminal (or in a notebook) it is a tqdm bar redrawn in place. Anywhere else (stderr sent to a file, a
+pipe, CI, a Prefect worker's log) a bar redrawn in place is a flood of carriage returns, so it prints one
+plain line every ART_PROGRESS_EVERY_S seconds (default 30) and a last one when it closes:
+
+    gather: 24/32 trajectory (75%) after 31s, groups=5/8, exceptions=0, reward=0.41
+
+    bar = progress_bar(total=32, desc="gather", unit="trajectory")
+    bar.set_postfix({"groups": "5/8"}, refresh=False)
+    bar.update(1)
+    bar.close()
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+DEFAULT_EVERY_S = 30.0
+
+
+def progress_bar(total: int, desc: str, unit: str = "it", initial: int = 0, file: TextIO | None = None) -> Any:
+    """A tqdm bar when `file` (default: stderr) is a terminal or a notebook's output, else a `LineProgress`.
+
+    >>> import io; type(progress_bar(3, "gather", file=io.StringIO())).__name__
+    'LineProgress'
+    """
+    out = file if file is not None else sys.stderr
+    if _draws_in_place(out):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, initial=initial, file=file)
+    return LineProgress(total, desc, unit, initial=initial, file=out)
+
+
+def _draws_in_place(out: Any) -> bool:
+    if type(out).__module__.startswith("ipykernel"):  # a notebook: tqdm.auto draws a widget
+        return True
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed file
+        return False
+
+
+def every_s() -> float:
+    """Seconds between two lines of a LineProgress: ART_PROGRESS_EVERY_S, default 30."""
+    try:
+        return max(0.0, float(os.environ.get("ART_PROGRESS_EVERY_S") or DEFAULT_EVERY_S))
+    except ValueError:
+        return DEFAULT_EVERY_S
+
+
+class LineProgress:
+    """The part of tqdm's interface our loops use (update, set_postfix, refresh, close), printing whole lines:
+    at most one every `every` seconds while counting, and one when closed."""
+
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        unit: str = "it",
+        *,
+        initial: int = 0,
+        file: TextIO | None = None,
+        every: float | None = None,
+    ) -> None:
+        self.total, self.desc, self.unit, self.n = total, desc, unit, initial
+        self.file = file if file is not None else sys.stderr
+        self.every = every_s() if every is None else every
+        self.postfix: dict[str, Any] = {}
+        self.started = self.last = time.monotonic()
+        self.printed: tuple[int, str] | None = None  # what the last line showed (count, postfix)
+        self.closed = False
+
+    def set_postfix(self, postfix: dict[str, Any] | None = None, refresh: bool = True, **kwargs: Any) -> None:
+        self.postfix = {**(postfix or {}), **kwargs}
+        if refresh:
+            self.refresh()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self.last >= self.every:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Print the current line now, unless nothing changed since the last one."""
+        shown = (self.n, repr(self.postfix))
+        if shown != self.printed:
+            print(self.line(), file=self.file, flush=True)
+            self.printed = shown
+        self.last = time.monotonic()
+
+    def line(self) -> str:
+        share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        elapsed = time.monotonic() - self.started
+        parts = [f"{self.desc}: {self.n}/{self.total} {self.unit}{share} after {elapsed:.0f}s"]
+        parts += [f"{k}={v}" for k, v in self.postfix.items()]
+        return ", ".join(parts)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.refresh()
