@@ -261,7 +261,9 @@ def keep_serving(server: "VLLMServer", max_lora_rank: int) -> "VLLMServer":
         server.config = server.config.model_copy(update={"max_lora_rank": needed})
         server.restart()
     elif not server.is_alive():
-        log.warning("vLLM server %s died; restarting it.\n%s", server.base_url, server.describe_log(20))
+        from art_core.inference.server import ServerDied
+
+        log.warning("%s\nRestarting it (same port and key).", ServerDied.of(server))
         server.ensure_running()
     return server
 

@@ -16,12 +16,20 @@ from art_core.inference.lora import (
     step_name,
     write_zero_adapter,
 )
-from art_core.inference.server import ServerConfig, ServerError, ServerOptions, VLLMServer, detect_device
+from art_core.inference.server import (
+    ServerConfig,
+    ServerDied,
+    ServerError,
+    ServerOptions,
+    VLLMServer,
+    detect_device,
+)
 
 __all__ = [
     "AdapterError",
     "AdapterManager",
     "ServerConfig",
+    "ServerDied",
     "ServerError",
     "ServerOptions",
     "VLLMServer",

