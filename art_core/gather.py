@@ -9,7 +9,17 @@
 A group is built from awaitables (coroutines of rollouts); `gather_trajectory_groups` runs them all,
 at most `max_concurrent` at a time. Its progress bar counts finished trajectories (as ART's does) and
 shows, after them, the groups finished (after `after_each`), exceptions, the mean reward and the
-trajectories' own metrics, and the completion tokens sampled so far.
+trajectories' own metrics, and the completion tokens sampled so far. Where stderr is no terminal it
+prints a line every ART_PROGRESS_EVERY_S seconds instead (art_core.progress).
+
+What no rollout may bring into a run:
+- a reward that is not a finite number (NaN, inf): the rollout fails with `NonFiniteReward` naming it, counted
+  against max_exceptions like any failed rollout, and is never trained on;
+- text that is not valid UTF-8 (a lone surrogate such as '\\udce9', from a file name decoded with
+  surrogateescape): escaped where it stands and counted (art_core.trajectories.escape_invalid_text), so the
+  group can be stored, judged and tokenized;
+- a dead server of ours: a rollout that failed to reach a vLLM server this process started, which has
+  exited, ends the gather at once with `ServerDied` naming it (art_core.inference.dead_server).
 """
 
 from __future__ import annotations
@@ -17,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections import Counter
 from typing import Any, Awaitable, Callable, Iterable
 
 from openai.types.chat.chat_completion import Choice
 
-from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup
+from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup, escape_invalid_text
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +62,43 @@ def trajectory_group(awaitables: Iterable[Awaitable[Trajectory]], **metadata: An
 
 class TooManyExceptions(RuntimeError):
     """More rollouts failed than `max_exceptions` allows; the first failure's traceback is attached."""
+
+
+class NonFiniteReward(ValueError):
+    """A rollout's reward is NaN or infinite (or not a number): the rollout fails instead of being trained on."""
+
+
+def check_reward(t: Trajectory, where: str) -> None:
+    """Raise NonFiniteReward naming the rollout (`where`) unless its reward is a finite number.
+
+    >>> try:
+    ...     check_reward(Trajectory(reward=float("nan")), "rollout 2 of group 0")
+    ... except NonFiniteReward as e:
+    ...     print(e)
+    rollout 2 of group 0 returned reward nan: a reward must be a finite number
+    """
+    r = t.reward
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+        raise NonFiniteReward(f"{where} returned reward {r!r}: a reward must be a finite number")
+
+
+def rollout_name(group: int, index: int | None, metadata: dict[str, Any]) -> str:
+    """How a failed rollout is named: its place and its scenario, when the group records one.
+
+    >>> rollout_name(1, 3, {"scenario_id": "train-7"})
+    'rollout 3 of group 1 (scenario train-7)'
+    """
+    name = f"rollout {index} of group {group}" if index is not None else f"a rollout of group {group}"
+    return f"{name} (scenario {metadata['scenario_id']})" if "scenario_id" in metadata else name
+
+
+async def raise_if_server_died(exc: BaseException, desc: str | None) -> None:
+    """Raise ServerDied (from `exc`) when `exc` is a failed request to a vLLM server we started that exited."""
+    from art_core.inference.dead_server import server_died_behind
+
+    died = await server_died_behind(exc, f" during {desc!r}" if desc else " during a gather")
+    if died is not None:
+        raise died from exc
 
 
 def _as_pending(group: Any) -> PendingGroup | Awaitable[Any]:
@@ -152,7 +200,8 @@ async def gather_trajectory_groups(
 
     max_exceptions: failed rollouts tolerated in all (an int) or as a share of all rollouts (a float < 1);
       past it, `TooManyExceptions` is raised carrying the first failure. Tolerated failures are kept in
-      `group.exceptions`.
+      `group.exceptions`. A non-finite reward is such a failure (NonFiniteReward); a vLLM server of ours that
+      died raises ServerDied at once, whatever the limit.
     after_each: called with each finished group as soon as it is done; may return a replacement group,
       a list of groups (flattened into the result), or None to drop the group.
     pbar_desc: the progress bar's label (None: no bar); max_metrics: show at most this many metrics on
@@ -176,20 +225,38 @@ async def gather_trajectory_groups(
         log.warning("rollout failed (%d tolerated so far): %r", len(failures), exc)
         return RolloutError.from_exception(exc)
 
-    async def run_one(aw: Awaitable[Trajectory]) -> Trajectory | RolloutError:
+    def refuse_non_finite(group: TrajectoryGroup, g: int) -> None:
+        """Move trajectories whose reward is not finite (a group built by its own coroutine, or rescored by
+        after_each) to the group's exceptions, each counted as a failed rollout."""
+        kept = []
+        for i, t in enumerate(group.trajectories):
+            try:
+                check_reward(t, rollout_name(g, i, group.metadata))
+                kept.append(t)
+            except NonFiniteReward as exc:
+                group.exceptions.append(failed(exc))
+        group.trajectories = kept
+
+    async def run_one(aw: Awaitable[Trajectory], where: str) -> Trajectory | RolloutError:
         async with semaphore:
             try:
                 t = await aw
             except Exception as exc:  # counted against max_exceptions, never scored
+                await raise_if_server_died(exc, pbar_desc)
                 return failed(exc)
         if not isinstance(t, Trajectory):
             raise TypeError(f"a rollout returned {type(t).__name__}; rollouts must return a Trajectory")
+        try:
+            check_reward(t, where)
+        except NonFiniteReward as exc:
+            return failed(exc)
         progress.trajectory(t)
         return t
 
-    async def run_group(p: PendingGroup | Awaitable[Any]) -> list[TrajectoryGroup]:
+    async def run_group(p: PendingGroup | Awaitable[Any], g: int) -> list[TrajectoryGroup]:
         if isinstance(p, PendingGroup):
-            results = await asyncio.gather(*(run_one(aw) for aw in p.awaitables))
+            names = [rollout_name(g, i, p.metadata) for i in range(len(p.awaitables))]
+            results = await asyncio.gather(*(run_one(aw, name) for aw, name in zip(p.awaitables, names)))
             group = TrajectoryGroup(
                 [r for r in results if isinstance(r, Trajectory)],
                 exceptions=[r for r in results if isinstance(r, RolloutError)],
@@ -199,12 +266,15 @@ async def gather_trajectory_groups(
             try:
                 group = await p
             except Exception as exc:
+                await raise_if_server_died(exc, pbar_desc)
                 failed(exc)
                 return []
             if isinstance(group, PendingGroup):
-                return await run_group(group)
+                return await run_group(group, g)
+            refuse_non_finite(group, g)
             for t in group.trajectories:
                 progress.trajectory(t)
+        escape_invalid_text(group)  # before a judge, storage or a tokenizer meets it
         out: Any = group
         if after_each is not None:
             out = after_each(group)
@@ -212,9 +282,12 @@ async def gather_trajectory_groups(
         progress.group()
         if out is None:
             return []
-        return list(out) if isinstance(out, (list, tuple)) else [out]
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        for o in outs:
+            refuse_non_finite(o, g)
+        return outs
 
-    tasks = [asyncio.ensure_future(run_group(p)) for p in pending]
+    tasks = [asyncio.ensure_future(run_group(p, g)) for g, p in enumerate(pending)]
     try:
         finished = await asyncio.gather(*tasks)
     except BaseException:
@@ -257,23 +330,34 @@ async def gather_trajectories(
     progress = _Progress(pbar_desc, 0, len(items), pbar_total_completion_tokens, max_metrics)
     failures: list[BaseException] = []
 
-    async def run(aw: Awaitable[Any]) -> Any:
+    async def fail(exc: BaseException) -> BaseException:
+        await raise_if_server_died(exc, pbar_desc)
+        failures.append(exc)
+        progress.exception()
+        if len(failures) > limit:
+            raise exc
+        return exc
+
+    async def run(aw: Awaitable[Any], i: int) -> Any:
         try:
             out = await aw
         except Exception as exc:
-            failures.append(exc)
-            progress.exception()
-            if len(failures) > limit:
-                raise
-            return exc
+            return await fail(exc)
         outs = [out] if isinstance(out, Trajectory) else list(out)
         for t in outs:
             if not isinstance(t, Trajectory):
                 raise TypeError(f"a rollout returned {type(t).__name__}; rollouts must return a Trajectory")
+        try:
+            for t in outs:
+                check_reward(t, f"rollout {i}")
+        except NonFiniteReward as exc:
+            return await fail(exc)
+        for t in outs:
+            escape_invalid_text(t)
             progress.trajectory(t)
         return out if isinstance(out, Trajectory) else outs
 
     try:
-        return list(await asyncio.gather(*(run(aw) for aw in items)))
+        return list(await asyncio.gather(*(run(aw, i) for i, aw in enumerate(items))))
     finally:
         progress.close()

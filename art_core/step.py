@@ -89,7 +89,7 @@ def gather_step(
     uri = store.trajectories("train", step)
     sampled = step if sample_step is None else sample_step
     key = inputs_key(ref, rollout, step, checkpoint_fingerprint)
-    groups = store.read_groups(uri)  # None when missing, or unreadable (named in a warning)
+    groups = store.read_groups(uri, damaged="warn")  # None when missing, or damaged (file and line in a warning)
     if groups is not None:
         trained = store.is_complete(step + 1)
         fresh_enough = oldest_reusable is not None and all(

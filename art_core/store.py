@@ -9,8 +9,10 @@
     {project}/baselines/{served name}/eval-{split}.json      a prompted baseline's evaluation
 
 The library (`LocalBackend`, `Model.log`) and the Prefect tasks both go through a `ModelStore`; `Storage`
-keeps the bytes (fsspec) and knows nothing of this layout. A file that cannot be read (truncated, foreign, half
-copied) is treated as missing with a warning that names it: the work that wrote it is done again.
+keeps the bytes (fsspec) and knows nothing of this layout. A rollout file that cannot be read back (truncated,
+foreign, half copied) is reported as damaged, naming the file and the line (`DamagedRollouts`); a gather that
+finds one warns so and rolls the step out again. Other files that cannot be read are treated as missing, with
+a warning that names them: the work that wrote them is done again.
 
     >>> store = ModelStore("/tmp/art", "demo", "agent-001")
     >>> store.checkpoint(2)
@@ -32,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from art_core.naming import validate_name
 from art_core.storage import CHECKPOINT_MARKER, Storage
-from art_core.trajectories import read_jsonl, write_jsonl
+from art_core.trajectories import DamagedRollouts, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:
     from art_core.trajectories import TrajectoryGroup
@@ -175,24 +177,43 @@ class ModelStore:
         self.storage.write_text(uri, buf.getvalue())
         return n
 
-    def read_groups(self, uri: str) -> "list[TrajectoryGroup] | None":
-        """The groups in `uri`; None when the file is missing or cannot be read (with a warning naming it)."""
+    def read_groups(self, uri: str, *, damaged: str = "raise") -> "list[TrajectoryGroup] | None":
+        """The groups in `uri`; None when the file is missing.
+
+        A file that exists but does not read back (truncated JSON, a cut at a line end, a line that is not a
+        group) raises DamagedRollouts naming the file and the line; `damaged="warn"` reads it as None with a
+        warning saying so, for a caller that then does the work again (a gather rolls the step out again).
+        """
+        if damaged not in ("raise", "warn"):
+            raise ValueError(f"damaged must be 'raise' or 'warn', not {damaged!r}")
         if not self.storage.exists(uri):
             return None
         try:
-            groups = read_jsonl(io.StringIO(self.storage.read_text(uri)))
-            expected = {g.metadata.get("groups_in_file", len(groups)) for g in groups}
-            if expected and expected != {len(groups)}:
-                raise ValueError(f"holds {len(groups)} groups, written with {sorted(expected)}")
-            return groups
-        except Exception as e:  # truncated JSON, a cut at a line end, a foreign file, a schema from elsewhere
-            log.warning(
-                "rollout file %s cannot be read (%s: %s): treating it as missing; the step is rolled out again",
-                uri,
-                type(e).__name__,
-                str(e)[:200],
-            )
+            return self._read_groups(uri)
+        except DamagedRollouts as e:
+            if damaged == "raise":
+                raise
+            log.warning("%s (read as absent: what wrote it is done again)", e)
             return None
+
+    def _read_groups(self, uri: str) -> "list[TrajectoryGroup]":
+        try:
+            text = self.storage.read_text(uri)
+        except UnicodeDecodeError:  # a stray byte: decoded again whole, to name its line
+            raw = self.storage.fs.cat_file(uri)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = raw.count(b"\n", 0, e.start) + 1
+                raise DamagedRollouts(f"not UTF-8 text ({e.reason})", line=line, path=uri) from e
+        groups = read_jsonl(io.StringIO(text), path=uri)
+        expected = {g.metadata.get("groups_in_file", len(groups)) for g in groups}
+        if expected and expected != {len(groups)}:
+            lines = len(text.splitlines())
+            raise DamagedRollouts(
+                f"cut short: written with {max(expected)} groups, it holds {len(groups)}", line=lines + 1, path=uri
+            )
+        return groups
 
     # ---- history -----------------------------------------------------------------------------------
     @property

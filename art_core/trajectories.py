@@ -6,6 +6,12 @@ and everything else is a plain message (context). Round-trips losslessly through
     >>> t = Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0)
     >>> Trajectory.model_validate_json(t.model_dump_json()) == t
     True
+
+Text that is not valid UTF-8 (a lone surrogate such as '\\udce9', which Python makes of a file name's stray
+byte) cannot be written as JSON: `escape_invalid_text` escapes it (into the six characters `\\udce9`, as
+Python prints it) and counts it; the gather does so for every rollout, `write_jsonl` for anything else. A reward that is not finite
+is refused at the write (JSON would store it as null, which no longer reads back); `read_jsonl` names the
+line it cannot read (`DamagedRollouts`).
 """
 
 from __future__ import annotations
@@ -13,12 +19,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
+import math
+import re
 import time
 import traceback
 from typing import Any, AsyncIterator, Iterable, Union
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticSerializationError
+
+log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
 MessageOrChoice = Union[Choice, Message]
@@ -65,7 +77,8 @@ class History(BaseModel):
 class Trajectory(BaseModel):
     """One rollout: messages, sampled choices, tools offered, reward and what was measured."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    # A NaN metric is written as NaN (as Python's json does), not as null, which the float field would refuse.
+    model_config = ConfigDict(arbitrary_types_allowed=True, ser_json_inf_nan="constants")
 
     messages_and_choices: MessagesAndChoices = Field(default_factory=list)
     tools: Tools | None = None
@@ -171,6 +184,8 @@ class TrajectoryGroup(BaseModel):
     (2, [1.0, 0.0])
     """
 
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
     trajectories: list[Trajectory] = Field(default_factory=list)
     exceptions: list[RolloutError] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -227,15 +242,125 @@ class TrajectoryGroup(BaseModel):
 PydanticException = RolloutError  # ART's name for a stored exception
 
 
+# ---- text that is not valid UTF-8 ---------------------------------------------------------------------
+SURROGATES = re.compile("[\ud800-\udfff]")  # in a Python str never valid UTF-8, paired or not
+ESCAPED_METRIC = "invalid_utf8_escaped"  # a trajectory's metric: characters escaped in it
+
+
+def _escape(value: Any) -> tuple[Any, int]:
+    """`value` (JSON-like: dicts, lists, strings) with every surrogate escaped, and how many there were."""
+    if isinstance(value, str):
+        n = len(SURROGATES.findall(value))
+        return (value.encode("utf-8", "backslashreplace").decode("utf-8") if n else value), n
+    if isinstance(value, dict):
+        out, total = {}, 0
+        for k, v in value.items():
+            (k2, a), (v2, b) = _escape(k), _escape(v)
+            out[k2] = v2
+            total += a + b
+        return out, total
+    if isinstance(value, list):
+        pairs = [_escape(v) for v in value]
+        return [v for v, _ in pairs], sum(n for _, n in pairs)
+    return value, 0
+
+
+def _serializes(item: BaseModel) -> bool:
+    try:
+        item.model_dump_json()
+        return True
+    except PydanticSerializationError as e:
+        if "surrogates not allowed" not in str(e):
+            raise
+        return False
+
+
+def escape_invalid_text(item: "Trajectory | TrajectoryGroup") -> int:
+    """Escape text that is not valid UTF-8 in a trajectory or a group, in place; returns how many characters.
+
+    Each trajectory counts its own in `metrics["invalid_utf8_escaped"]`; a warning gives the total.
+
+        >>> t = Trajectory(messages_and_choices=[{"role": "tool", "content": "caf\\udce9.txt"}])
+        >>> escape_invalid_text(t), t.metrics["invalid_utf8_escaped"]
+        (1, 1)
+        >>> print(t.messages()[0]["content"])
+        caf\\udce9.txt
+    """
+    if _serializes(item):  # the common case: one pass of pydantic's own serializer
+        return 0
+    if isinstance(item, Trajectory):
+        data, n = _escape(item.model_dump(mode="json"))
+        clean = Trajectory.model_validate(data)
+        for name in Trajectory.model_fields:
+            if name != "start_time":
+                setattr(item, name, getattr(clean, name))
+        if n:
+            item.metrics[ESCAPED_METRIC] = int(item.metrics.get(ESCAPED_METRIC, 0)) + n
+            log.warning("escaped %d characters that are not valid UTF-8 in a rollout (metric %s)", n, ESCAPED_METRIC)
+        return n
+    n = sum(escape_invalid_text(t) for t in item.trajectories)
+    rest, m = _escape(item.model_dump(mode="json", include={"exceptions", "metadata", "metrics"}))
+    if m:
+        clean = TrajectoryGroup.model_validate(rest)
+        item.exceptions, item.metadata, item.metrics = clean.exceptions, clean.metadata, clean.metrics
+        log.warning("escaped %d characters that are not valid UTF-8 in a group's errors or metadata", m)
+    return n + m
+
+
+# ---- JSONL -----------------------------------------------------------------------------------------------
+class DamagedRollouts(ValueError):
+    """A rollout file that exists but cannot be read back: the file (when known), the line and why.
+
+    >>> str(DamagedRollouts("reward: Input should be a valid number", line=3, path="/art/0001.jsonl"))
+    'rollout file /art/0001.jsonl is damaged at line 3: reward: Input should be a valid number'
+    """
+
+    def __init__(self, reason: str, *, line: int | None, path: str | None = None) -> None:
+        where = f" at line {line}" if line is not None else ""
+        super().__init__(f"rollout file {path or '(unnamed)'} is damaged{where}: {reason}")
+        self.reason, self.line, self.path = reason, line, path
+
+
 def write_jsonl(groups: Iterable[TrajectoryGroup], f) -> int:
-    """Write groups one JSON object per line to a text file object; returns the count written."""
+    """Write groups one JSON object per line to a text file object; returns the count written.
+
+    Refuses (ValueError, naming it) a trajectory whose reward is not finite: JSON would hold it as null and
+    the file would not read back. Escapes text that is not valid UTF-8 (`escape_invalid_text`)."""
     n = 0
     for g in groups:
+        for i, t in enumerate(g.trajectories):
+            r = t.reward
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+                raise ValueError(
+                    f"group {n} trajectory {i} has reward {r!r}: a reward must be a finite number, refusing to store it"
+                )
+        escape_invalid_text(g)
         f.write(g.model_dump_json() + "\n")
         n += 1
     return n
 
 
-def read_jsonl(f) -> list[TrajectoryGroup]:
-    """Read groups written by `write_jsonl` (one per non-empty line)."""
-    return [TrajectoryGroup.model_validate(json.loads(line)) for line in f if line.strip()]
+def read_jsonl(f, path: str | None = None) -> list[TrajectoryGroup]:
+    """Read groups written by `write_jsonl` (one per non-empty line); a line that does not read raises
+    DamagedRollouts naming `path` and the line."""
+    groups = []
+    for number, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            groups.append(TrajectoryGroup.model_validate(json.loads(line)))
+        except ValueError as e:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
+            raise DamagedRollouts(_first_line(e), line=number, path=path) from e
+    return groups
+
+
+def _first_line(e: Exception) -> str:
+    """A short reason: pydantic's first error (location and message) or the JSON error."""
+    if isinstance(e, json.JSONDecodeError):  # its own "line 1" is the line's, not the file's
+        return f"not JSON ({e.msg} at column {e.colno})"
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        return f"{loc}: {first.get('msg')}" if loc else str(first.get("msg"))
+    return str(e).splitlines()[0][:300]

@@ -91,5 +91,5 @@ def _samples(ref: ModelRef, rows: list[dict], groups: int = 2) -> list:
     if not trained:
         return []
     store = ref.store()
-    stored = store.read_groups(store.trajectories("train", trained[-1] - 1)) or []  # None: missing or unreadable
+    stored = store.read_groups(store.trajectories("train", trained[-1] - 1), damaged="warn") or []  # None: missing
     return [(trained[-1], g) for g in stored[:groups]]

@@ -232,15 +232,15 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
             gathers[step] = start_gather(step)
         future, args, extra = gathers.pop(step)
         gathered = future.result()
-        # The cache outlived its file (deleted, truncated): again, unless the step is trained already.
-        if not trained and store.read_groups(gathered.uri) is None:
+        # The cache outlived its file (deleted, damaged): again, unless the step is trained already.
+        if not trained and store.read_groups(gathered.uri, damaged="warn") is None:
             gathered = gather.with_options(refresh_cache=True)(*args, **extra)
         t1 = time.perf_counter()
         if config.judge is None:  # the environment's rewards stand: nothing to score, so no task run for it
             scored = ScoreResult(step=step, uri=gathered.uri, summary=gathered.summary, judged=False, seconds=0.0)
         else:
             scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
-            if not trained and store.read_groups(scored.uri) is None:
+            if not trained and store.read_groups(scored.uri, damaged="warn") is None:
                 scored = score.with_options(refresh_cache=True)(
                     ref, gathered.uri, gathered.fingerprint, step, config.judge
                 )

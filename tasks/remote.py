@@ -143,7 +143,7 @@ def train_step_remotely(
     if store.is_complete(target):
         log.info("checkpoint %s exists: step %d is not sent to %s", store.checkpoint(target), target, deployment)
         # The rollouts are read only to write back a lost history record with their rewards.
-        done = already_trained(store, lambda: store.read_groups(scored_uri), target, complete=True)
+        done = already_trained(store, lambda: store.read_groups(scored_uri, damaged="warn"), target, complete=True)
         out = TrainStepResult(
             step=target,
             checkpoint_uri=done.checkpoint_path,

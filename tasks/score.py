@@ -31,11 +31,9 @@ def score_groups(
     """Rewards for one step's groups; RULER's relative scores when a judge is configured."""
     t0 = time.perf_counter()
     store = ref.store()
-    groups = store.read_groups(trajectories_uri)
+    groups = store.read_groups(trajectories_uri)  # a damaged file raises DamagedRollouts naming its line
     if groups is None:
-        raise FileNotFoundError(
-            f"rollouts {trajectories_uri} are missing or unreadable: run the flow again to gather them again"
-        )
+        raise FileNotFoundError(f"rollouts {trajectories_uri} are missing: run the flow again to gather them again")
     if judge is None:
         return ScoreResult(
             step=step,

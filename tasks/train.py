@@ -40,12 +40,12 @@ def train_step(
     t0, log = time.perf_counter(), get_run_logger()
     store = ref.store()
     if store.is_complete(step + 1):  # a resumed run: the rollouts are read only to write back a lost record
-        result = already_trained(store, lambda: store.read_groups(scored_uri), step + 1, complete=True)
+        result = already_trained(store, lambda: store.read_groups(scored_uri, damaged="warn"), step + 1, complete=True)
     else:
-        groups = store.read_groups(scored_uri)
+        groups = store.read_groups(scored_uri)  # a damaged file raises DamagedRollouts naming its line
         if groups is None:
             raise FileNotFoundError(
-                f"the scored rollouts of step {step + 1} at {scored_uri} are missing or unreadable; "
+                f"the scored rollouts of step {step + 1} at {scored_uri} are missing; "
                 "run the flow again and they are gathered and scored again"
             )
         servers = servers_sharing(ref.base_model, inference_url) if sleep_servers else []

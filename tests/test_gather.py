@@ -131,3 +131,69 @@ async def test_gather_trajectories_returns_tolerated_exceptions_in_place():
 async def test_a_group_of_coroutines_can_be_awaited_on_its_own():
     group = await TrajectoryGroup(rollout(float(i)) for i in range(3))
     assert sorted(group.rewards()) == [0.0, 1.0, 2.0]
+
+
+async def test_a_non_finite_reward_fails_its_rollout_naming_it_and_counts_against_max_exceptions(caplog):
+    async def scored(reward: float) -> Trajectory:
+        return Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=reward)
+
+    def groups():
+        return [
+            TrajectoryGroup([scored(1.0), scored(float("nan")), scored(0.0)], metadata={"scenario_id": "train-7"}),
+            TrajectoryGroup([scored(0.5), scored(float("-inf"))]),
+        ]
+
+    out = await gather_trajectory_groups(groups(), max_exceptions=2, pbar_desc=None)
+    assert [g.rewards() for g in out] == [[1.0, 0.0], [0.5]]  # never trained on
+    assert out[0].exceptions[0].type == "NonFiniteReward"
+    assert out[0].exceptions[0].message == (
+        "rollout 1 of group 0 (scenario train-7) returned reward nan: a reward must be a finite number"
+    )
+    assert out[1].exceptions[0].message.startswith("rollout 1 of group 1 returned reward -inf")
+    with pytest.raises(TooManyExceptions, match=r"first failure: NonFiniteReward: rollout 1 of group 0 \(scenario"):
+        await gather_trajectory_groups(groups(), max_exceptions=1, pbar_desc=None)
+
+
+async def test_a_judge_that_scores_nan_fails_that_rollout_too():
+    async def nan_judge(group: TrajectoryGroup) -> TrajectoryGroup:
+        group.trajectories[0].reward = float("nan")
+        return group
+
+    out = await gather_trajectory_groups(
+        [[rollout(1.0), rollout(2.0)]], after_each=nan_judge, max_exceptions=1, pbar_desc=None
+    )
+    assert out[0].rewards() == [2.0] and out[0].exceptions[0].type == "NonFiniteReward"
+
+
+async def test_text_that_is_not_utf8_in_a_tool_result_is_escaped_counted_and_stored(tmp_path):
+    from art_core.store import ModelStore
+
+    async def lists_files() -> Trajectory:
+        return Trajectory(
+            messages_and_choices=[
+                {"role": "user", "content": "list the files"},
+                {"role": "tool", "content": "caf\udce9.txt  na\udcefve.md"},  # os.listdir of names with stray bytes
+            ],
+            reward=1.0,
+            logs=["opened caf\udce9.txt"],
+        )
+
+    (group,) = await gather_trajectory_groups([[lists_files(), rollout(0.0)]], pbar_desc=None)
+    t = group.trajectories[0]
+    assert t.messages()[1]["content"] == "caf\\udce9.txt  na\\udcefve.md" and t.logs == ["opened caf\\udce9.txt"]
+    assert t.metrics["invalid_utf8_escaped"] == 3 and "invalid_utf8_escaped" not in group.trajectories[1].metrics
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.write_groups(store.trajectories("train", 0), [group])
+    assert store.read_groups(store.trajectories("train", 0))[0].trajectories[0] == t
+
+
+async def test_a_failed_rollout_whose_message_is_not_utf8_is_kept_and_stored(tmp_path):
+    from art_core.store import ModelStore
+
+    async def opens() -> Trajectory:
+        raise FileNotFoundError("no such file: caf\udce9.txt")
+
+    (group,) = await gather_trajectory_groups([[opens(), rollout(1.0)]], max_exceptions=1, pbar_desc=None)
+    assert group.exceptions[0].message == "no such file: caf\\udce9.txt"
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.write_groups(store.trajectories("train", 0), [group])

@@ -9,7 +9,7 @@ import pytest
 
 from art_core.storage import Storage
 from art_core.store import BaseModelMismatch, ModelStore
-from art_core.trajectories import Trajectory, TrajectoryGroup
+from art_core.trajectories import DamagedRollouts, Trajectory, TrajectoryGroup
 
 
 def _groups(n: int = 2) -> list[TrajectoryGroup]:
@@ -47,21 +47,63 @@ def test_bind_refuses_another_base_model_naming_both(tmp_path):
     assert "/models/a" in str(e.value) and "/models/b" in str(e.value)
 
 
-def test_truncated_rollout_file_reads_as_missing_with_a_warning_naming_it(tmp_path, caplog):
+def test_a_damaged_rollout_file_is_named_with_its_line_not_read_as_missing(tmp_path, caplog):
     store = ModelStore(str(tmp_path), "demo", "agent")
     uri = store.trajectories("train", 0)
     store.write_groups(uri, _groups())
     assert len(store.read_groups(uri)) == 2
     with open(uri) as f:
         text = f.read()
-    for cut in (len(text) // 3, text.index("\n") + 1):  # mid-line, and exactly at a line's end
+    first = text.index("\n") + 1
+    for cut, line in ((first + 40, 2), (first, 2)):  # mid-line, and exactly at a line's end
         with open(uri, "w") as f:
             f.write(text[:cut])  # a partial copy, a full disk
+        with pytest.raises(DamagedRollouts, match=f"rollout file {uri} is damaged at line {line}: "):
+            store.read_groups(uri)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="art_core.store"):
-            assert store.read_groups(uri) is None
-        assert uri in caplog.text
+            assert store.read_groups(uri, damaged="warn") is None  # for a gather, which rolls the step out again
+        assert f"{uri} is damaged at line {line}" in caplog.text
     assert store.read_groups(store.trajectories("train", 5)) is None  # missing: None, no warning needed
+
+
+def test_a_null_reward_or_a_stray_byte_names_the_line_and_why(tmp_path):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    uri = store.trajectories("train", 1)
+    store.write_groups(uri, _groups(3))
+    lines = open(uri).read().splitlines()
+    bad = json.loads(lines[1])
+    bad["trajectories"][1]["reward"] = None  # what a NaN reward was stored as before it was refused
+    with open(uri, "w") as f:
+        f.write("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
+    with pytest.raises(
+        DamagedRollouts, match="damaged at line 2: trajectories.1.reward: Input should be a valid number"
+    ):
+        store.read_groups(uri)
+    with open(uri, "wb") as f:
+        f.write(("\n".join(lines[:2]) + "\n").encode() + b'{"trajectories": [], "metadata": {"x": "\xe9"}}\n')
+    with pytest.raises(DamagedRollouts, match="damaged at line 3: not UTF-8 text"):
+        store.read_groups(uri)
+
+
+def test_a_non_finite_reward_is_refused_at_the_write_and_text_that_is_not_utf8_is_escaped(tmp_path, caplog):
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    uri = store.trajectories("train", 2)
+    groups = _groups()
+    groups[1].trajectories[0].reward = float("inf")
+    with pytest.raises(ValueError, match="group 1 trajectory 0 has reward inf"):
+        store.write_groups(uri, groups)
+    assert not store.storage.exists(uri)  # nothing half-written
+
+    tool = {"role": "tool", "content": "ls: caf\udce9.txt"}  # a file name with a stray byte, decoded as Python does
+    groups = [TrajectoryGroup([Trajectory(messages_and_choices=[tool], reward=1.0, metrics={"turns": float("nan")})])]
+    with caplog.at_level(logging.WARNING):
+        store.write_groups(uri, groups)
+    (back,) = store.read_groups(uri)
+    t = back.trajectories[0]
+    assert t.messages()[0]["content"] == "ls: caf\\udce9.txt" and t.metrics["invalid_utf8_escaped"] == 1
+    assert t.metrics["turns"] != t.metrics["turns"]  # a NaN metric reads back as NaN (not null, which fails)
+    assert "escaped 1 characters that are not valid UTF-8" in caplog.text
 
 
 def test_checkpoint_without_marker_is_ignored_and_named(tmp_path, caplog):

@@ -170,7 +170,8 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(
         train_remotely(ref, broken, 1, config.train)
     failed_seconds = time.perf_counter() - t0
     message = str(failed.value)
-    assert "'remote-agent-step-2'" in message and "ended Failed" in message and "missing or unreadable" in message
+    assert "'remote-agent-step-2'" in message and "ended Failed" in message
+    assert f"rollout file {broken} is damaged at line 1" in message  # damaged, with its line: not "missing"
     assert "prefect worker start --pool art-gpu" in message
     assert not store.is_complete(2)
     print(
