@@ -1,0 +1,190 @@
+"""Expert demonstrations of retail and airline (art_core.envs.customer_service.expert), the never-acts baseline and
+the task categories, all through the real environments and their scripted customer (no model, no network).
+
+Building a domain's train demonstrations plays every train scenario (about 35 s for airline, 45 s for retail on
+one core); the module builds each once and the tests read what it wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from art_core.envs.customer_service.categories import CATEGORIES, mean_by_category, scenario_category
+from art_core.envs.customer_service.expert import (
+    build_demonstrations,
+    load_env,
+    main,
+    replay_demonstration,
+    unrevealed_values,
+)
+from art_core.envs.customer_service.policies import (
+    CannotDemonstrate,
+    PolicyClient,
+    Say,
+    call,
+    never_acts,
+    play_policy,
+    rewards_by_category,
+)
+from art_core.sft import read_sft_file
+
+DOMAINS = ("retail", "airline")
+
+
+@pytest.fixture(scope="module", params=DOMAINS)
+def built(request, tmp_path_factory):
+    """(domain, Demonstrations, path of the JSONL) for the domain's whole train split."""
+    path = tmp_path_factory.mktemp("demos") / f"{request.param}.jsonl"
+    return request.param, build_demonstrations(request.param, "train", out=path), path
+
+
+@pytest.mark.slow
+def test_most_train_scenarios_are_demonstrated_and_every_skip_says_why(built):
+    domain, demos, _ = built
+    scenarios = load_env(domain).scenarios("train")
+    assert len(demos.rows) + len(demos.skipped) == len(scenarios)
+    assert {r["task_id"] for r in demos.rows} | set(demos.skipped) == {s.id for s in scenarios}
+    assert len(demos.rows) >= 0.85 * len(scenarios)
+    assert {r["category"] for r in demos.rows} == set(CATEGORIES)
+    # the one known gap: a retail customer with two requests never says what the second one is
+    assert set(demos.skip_counts()) <= {"two requests"}, demos.skip_counts()
+    assert all("second thing" in s.data["task"]["request"] for s in scenarios if s.id in demos.skipped)
+    print(demos.summary())
+
+
+@pytest.mark.slow
+def test_every_demonstration_replays_to_full_reward(built):
+    """The JSONL alone reproduces each conversation through the environment, and the environment scores it 1.0."""
+    domain, demos, path = built
+    env = load_env(domain)
+    by_id = {s.id: s for s in env.scenarios("train")}
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == len(demos.rows)
+    for row in rows:
+        replayed = replay_demonstration(env, by_id[row["task_id"]], row["messages"])
+        assert replayed.reward == 1.0, row["task_id"]
+        assert replayed.metadata["stop_reason"] == "user_stop"  # the customer was satisfied, nothing was cut off
+        assert replayed.messages()[: len(row["messages"])] == row["messages"]
+
+
+@pytest.mark.slow
+def test_the_expert_uses_only_what_the_conversation_has_shown(built):
+    _, demos, _ = built
+    for row in demos.rows:
+        assert unrevealed_values(row["messages"], row["tools"]) == [], row["task_id"]
+        # and it does act: every write demonstration calls a tool after the customer's yes
+        if row["category"] == "write":
+            roles = [(m["role"], bool(m.get("tool_calls"))) for m in row["messages"]]
+            yes = max(
+                i for i, m in enumerate(row["messages"]) if m["role"] == "user" and m["content"].startswith("Yes")
+            )
+            assert ("assistant", True) in roles[yes:], row["task_id"]
+
+
+def test_an_invented_id_is_caught():
+    shown = [
+        {"role": "system", "content": "policy: order ids look like #W1234567"},
+        {"role": "user", "content": "Cancel order #W1111111, it is no longer needed."},
+    ]
+
+    def calling(**arguments):
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "cancel", "arguments": json.dumps(arguments)}}
+            ],
+        }
+
+    assert unrevealed_values(shown + [calling(order_id="#W1111111", reason="no longer needed")]) == []
+    assert unrevealed_values(shown + [calling(order_id="#W2222222", reason="no longer needed")]) == [
+        "message 2 calls cancel with '#W2222222', never shown before"
+    ]
+    # the system prompt reveals nothing; a computed number must be shown (say, in the proposal) before it is used
+    assert len(unrevealed_values(shown + [calling(order_id="#W1234567", reason="x", amount=54)])) == 3
+    said = {"role": "assistant", "content": "The refund is 54."}
+    assert unrevealed_values(shown + [said, calling(order_id="#W1111111", reason="no longer needed", amount=54)]) == []
+    # an id written to the customer counts as much as one in a call
+    assert unrevealed_values(shown + [{"role": "assistant", "content": "Your order #W7777777 is pending."}]) == [
+        "message 2 writes '#W7777777', never shown before"
+    ]
+    # a value the tool's schema enumerates is the tool's to offer
+    tools = [{"type": "function", "function": {"parameters": {"properties": {"reason": {"enum": ["x"]}}}}}]
+    assert unrevealed_values(shown + [calling(order_id="#W1111111", reason="x")], tools) == []
+
+
+def test_the_demonstrations_load_through_the_sft_loader_and_render_with_the_template(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
+    from art_core.training.sft import tokenize_sft
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    for domain in DOMAINS:
+        path = tmp_path / f"{domain}.jsonl"
+        demos = build_demonstrations(domain, "train", limit=12, out=path)
+        examples = read_sft_file(str(path))
+        assert len(examples) == len(demos.rows) > 0
+        for example, row in zip(examples, demos.rows):
+            assert example.messages() == row["messages"] and example.tools == row["tools"]
+            assert example.messages()[-1]["role"] == "assistant"
+            seq = tokenize_sft(example.messages(), example.tools, tokenizer)
+            trained = tokenizer.decode([t for t, on in zip(seq.input_ids, seq.trainable) if on])
+            assert "<tool_call>" in trained and row["messages"][-1]["content"] in trained
+            assert "###STOP###" not in tokenizer.decode(seq.input_ids)  # the customer's closing line is left off
+
+
+def test_never_acts_scores_zero_on_write_tasks_and_full_marks_for_a_refusal():
+    for domain in DOMAINS:
+        env = load_env(domain)
+        scenarios = env.scenarios("val")[:40]
+        trajectories = play_policy(env, scenarios, never_acts)
+        for scenario, t in zip(scenarios, trajectories):
+            assert t.metrics["tool_calls"] == 0
+            if scenario_category(scenario) == "write":
+                assert t.reward == 0.0, scenario.id
+        rewards = mean_by_category([t.reward for t in trajectories], scenarios)
+        assert rewards["write"] == 0.0 and rewards["refuse"] == 1.0 and rewards.get("answer", 0.0) == 0.0
+        first = scenarios[:10]
+        assert rewards_by_category(env, first, never_acts) == mean_by_category(
+            [t.reward for t in trajectories[:10]], first
+        )
+
+
+def test_categories_cover_every_scenario():
+    for domain in DOMAINS:
+        env = load_env(domain)
+        for split in ("train", "val", "test"):
+            scenarios = env.scenarios(split)
+            cats = [scenario_category(s) for s in scenarios]
+            assert set(cats) == set(CATEGORIES), (domain, split)
+            for s, c in zip(scenarios, cats):
+                task = s.data["task"]
+                assert c == ("write" if task["actions"] else "answer" if task["outputs"] else "refuse")
+
+
+def test_a_policy_plays_through_the_environment_and_its_refusals_are_counted():
+    env = load_env("airline")
+    scenario = next(s for s in env.scenarios("train") if s.id.endswith("refuse_cancel"))
+
+    def invents(opening):
+        yield from call("get_user_details", user_id="nobody_0000")
+
+    (refused,) = play_policy(env, [scenario], invents)
+    assert isinstance(refused, CannotDemonstrate) and "not found" in str(refused)  # the tool said no
+
+    def stops_early(opening):
+        yield Say("Could you give me your user id?")
+
+    with pytest.raises(CannotDemonstrate, match="nothing more to say"):
+        asyncio.run(env.rollout(PolicyClient(stops_early), "p", scenario))
+
+
+def test_the_command_line_prints_the_counts(tmp_path, capsys):
+    out = tmp_path / "demos.jsonl"
+    main(["--domain", "retail", "--limit", "10", "--out", str(out), "--never-acts"])
+    printed = capsys.readouterr().out
+    assert "retail train:" in printed and "scenarios demonstrated" in printed and "never-acts reward" in printed
+    assert len(out.read_text().splitlines()) == int(printed.split(": ")[1].split(" of ")[0])
