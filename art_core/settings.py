@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     wandb_api_key: SecretStr | None = Field(None, validation_alias="WANDB_API_KEY")
     prefect_api_url: str | None = Field(None, validation_alias="PREFECT_API_URL")
     inference_api_key: SecretStr | None = Field(None, validation_alias="ART_INFERENCE_API_KEY")
+    # A model's training lease (art_core.lease): a holder whose heartbeat is older than this is taken over.
+    lease_timeout_s: float = Field(180.0, gt=0, validation_alias="ART_LEASE_TIMEOUT")
+    # Take a live run's lease anyway (that run stops before its next step): set it for one run, never in .env.
+    lease_takeover: bool = Field(False, validation_alias="ART_LEASE_TAKEOVER")
 
 
 def get_settings() -> Settings:

@@ -6,6 +6,7 @@
     {project}/models/{name}/history.jsonl                    one record per (step, phase) of metrics
     {project}/models/{name}/eval/{step:04d}.json             evaluation reports
     {project}/models/{name}/reports/                         reward curve, tables, markdown
+    {project}/models/{name}/lease/{generation:08d}.json      the training run's lease (art_core.lease)
     {project}/baselines/{served name}/eval-{split}.json      a prompted baseline's evaluation
 
 The library (`LocalBackend`, `Model.log`) and the Prefect tasks both go through a `ModelStore`; `Storage`
@@ -100,11 +101,15 @@ class ModelStore:
     def read_model_json(self) -> dict[str, Any] | None:
         return self._read_json(self.model_json)
 
-    def bind(self, base_model: str, **record: Any) -> None:
-        """Record which base model this name is trained from; refuse another one (both paths call this).
+    @property
+    def lease_dir(self) -> str:
+        """The folder of the training run's lease on this model (art_core.lease): one writer per model."""
+        return self.path("lease")
 
-        Raises BaseModelMismatch naming both base models when the stored one differs.
-        """
+    def check_base_model(self, base_model: str) -> dict[str, Any]:
+        """Raise BaseModelMismatch when the stored model.json names another base model; return what is stored.
+
+        Reading only: what a read-only door (evaluation, LocalBackend(read_only=True)) checks instead of bind."""
         stored = self.read_model_json() or {}
         old = stored.get("base_model")
         if old and not same_base_model(old, base_model):
@@ -112,6 +117,16 @@ class ModelStore:
                 f"{self.project}/{self.name} was trained from base model {old!r}, not {base_model!r}: its "
                 f"checkpoints ({self.root}/checkpoints) do not fit. Use another model name, or the same base model."
             )
+        return stored
+
+    def bind(self, base_model: str, **record: Any) -> None:
+        """Record which base model this name is trained from; refuse another one (both paths call this).
+
+        Raises BaseModelMismatch naming both base models when the stored one differs. A run that trains
+        holds the model's lease (art_core.lease) first: bind writes model.json.
+        """
+        stored = self.check_base_model(base_model)
+        old = stored.get("base_model")
         merged = {
             **stored,
             **{k: v for k, v in record.items() if v is not None},
