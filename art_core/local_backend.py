@@ -11,6 +11,10 @@ and metrics in storage (a local folder, or s3:// with a local copy of each serve
     result = await model.train(groups)      # checkpoints/0001, now served as agent@1 and agent
     await backend.close()                   # stops the server (also done at exit and on Ctrl-C)
 
+Registering a TrainableModel takes its lease (art_core.lease) before any server starts: a second run
+training the same project/model in the same storage is refused, naming the run that holds it; close()
+releases it. `LocalBackend(read_only=True)` serves and evaluates without a lease, and refuses to train.
+
 On a CUDA machine the server sleeps while the trainer holds the GPU, and wakes after.
 
 It is one front door to the engine the Prefect pipeline also uses: servers, names and adapters come
@@ -22,11 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from art_core.backend import Backend, TrainResult
 from art_core.inference.lora import AdapterManager
 from art_core.inference.server import ServerConfig, ServerError, VLLMServer
+from art_core.lease import ModelLease, acquire_model_lease
 from art_core.model import Model, TrainableModel
 from art_core.serving import ServerPool, adapter_rank, local_adapter, step_name
 from art_core.storage import Storage
@@ -50,11 +57,14 @@ class LocalBackend(Backend):
         server: VLLMServer | None = None,
         keep_steps: int = 3,
         cache_dir: str | None = None,
+        read_only: bool = False,
         **storage_options: Any,
     ) -> None:
         """`path`: storage root (default: ART_STORAGE_ROOT or ./.art). `server_config`: settings for the
         servers this backend starts (`model` is filled in per base model). `server`: an already running
         VLLMServer to use instead (it is not stopped by close()). `keep_steps`: adapters kept loaded per model.
+        `read_only`: serve and evaluate models another run may be training: register takes no lease and
+        writes nothing, train refuses.
         """
         if path is None:
             from art_core.settings import get_settings
@@ -79,6 +89,9 @@ class LocalBackend(Backend):
         self._models: dict[tuple[str, str], TrainableModel] = {}
         self._latest: dict[tuple[str, str], int] = {}  # (project, name) -> the step served as `name`
         self._lock = asyncio.Lock()
+        self.read_only = read_only
+        self.run_id = f"local-{uuid.uuid4().hex[:12]}"  # this backend's run: its leases are re-entrant by it
+        self._leases: dict[tuple[str, str], ModelLease] = {}  # (project, name) -> the lease register took
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.storage.root!r}, servers={[s.base_url for s in self._pool.servers()]})"
@@ -142,15 +155,28 @@ class LocalBackend(Backend):
             record = model.model_dump(
                 mode="json", exclude={"inference_api_key", "inference_base_url", "base_model", "project", "name"}
             )
-            await asyncio.to_thread(store.bind, model.base_model, **record)  # refuses another base model
-            step = await self.get_step(model)
-            rank = await asyncio.to_thread(adapter_rank, store, step)  # the server must fit the latest adapter
-            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=rank)
-            await self.ensure_serving()
-            if step:  # a crash between checkpoint and history record: write the record back now
-                await asyncio.to_thread(store.backfill_train_record, step)
-            self._latest[key] = step  # the latest in storage, even below a step served before (storage wins)
-            await self._serve(model, server, step)
+            lease = None  # one writer per model: a second run is refused here, before any server starts
+            if not self.read_only and key not in self._leases:
+                lease = await asyncio.to_thread(acquire_model_lease, store, run_id=self.run_id, run=self._run_label())
+            try:
+                if self.read_only:
+                    await asyncio.to_thread(store.check_base_model, model.base_model)
+                else:
+                    await asyncio.to_thread(store.bind, model.base_model, **record)  # refuses another base model
+                step = await self.get_step(model)
+                rank = await asyncio.to_thread(adapter_rank, store, step)  # the server must fit the latest adapter
+                server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=rank)
+                await self.ensure_serving()
+                if step and not self.read_only:  # a crash between checkpoint and history record: write it back
+                    await asyncio.to_thread(store.backfill_train_record, step)
+                self._latest[key] = step  # the latest in storage, even below a step served before (storage wins)
+                await self._serve(model, server, step)
+            except BaseException:
+                if lease is not None:
+                    lease.release()  # at once, also when cancelled: a failed register holds nothing
+                raise
+            if lease is not None:
+                self._leases[key] = lease
             self._models[key] = model
         model.inference_base_url = server.base_url
         model.inference_api_key = server.api_key
@@ -159,6 +185,29 @@ class LocalBackend(Backend):
     async def get_step(self, model: TrainableModel) -> int:
         """The latest complete checkpoint's step in storage, 0 when there is none."""
         return await asyncio.to_thread(self.model_store(model).latest_step)
+
+    @staticmethod
+    def _run_label() -> str:
+        """What a refused run's message calls this one: the script it runs (never its arguments: they may hold keys)."""
+        import sys
+
+        return f"LocalBackend in {os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'python'}"
+
+    def _check_writer(self, model: TrainableModel) -> None:
+        """Refuse to write `model` from a read-only backend, or after another run took its lease over."""
+        if self.read_only:
+            raise RuntimeError(
+                f"this LocalBackend is read_only: it serves {model.project}/{model.name} without its lease and "
+                "cannot train it; use LocalBackend() (read_only=False) in the run that trains"
+            )
+        lease = self._leases.get((model.project, model.name))
+        if lease is not None:
+            lease.check()  # LeaseLost when another run took the model over
+
+    def _release_leases(self) -> None:
+        for lease in self._leases.values():
+            lease.release()
+        self._leases.clear()
 
     def model_store(self, model: Model) -> ModelStore:
         """`model`'s folder in this backend's storage (history, trajectories, checkpoints; `model.log` writes here)."""
@@ -233,6 +282,7 @@ class LocalBackend(Backend):
                 f"model {model.name!r} is not registered with this backend: `await model.register(backend)`"
             )
         config = config or TrainConfig()
+        self._check_writer(model)
         store = self.model_store(model)
         async with self._lock:
             # The server's max_lora_rank follows the LoRA rank (a running server is restarted wider if needed).
@@ -270,6 +320,7 @@ class LocalBackend(Backend):
             )
         config = config if isinstance(config, TrainSFTConfig) else TrainSFTConfig(**(config or {}))
         train_config = resolve_train_config(model, train_config)
+        self._check_writer(model)
         store = self.model_store(model)
         async with self._lock:
             server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=train_config.lora_rank)
@@ -295,6 +346,7 @@ class LocalBackend(Backend):
         """Keep the latest step and the best by `best_checkpoint_metric`; delete the rest and unload their adapters."""
         from art_core.training.checkpoints import prune_checkpoints
 
+        self._check_writer(model)
         deleted = await asyncio.to_thread(
             prune_checkpoints, self.storage, model.project, model.name, best_metric=best_checkpoint_metric
         )
@@ -308,8 +360,9 @@ class LocalBackend(Backend):
         return deleted
 
     async def close(self) -> None:
-        """Stop the servers this backend started (a server passed in is left running)."""
+        """Stop the servers this backend started (a server passed in is left running); release the models' leases."""
         await asyncio.to_thread(self._pool.close)
+        await asyncio.to_thread(self._release_leases)
         self._adapters.clear()
         self._models.clear()
 
@@ -319,6 +372,7 @@ class LocalBackend(Backend):
 
     def __exit__(self, *exc: Any) -> None:
         self._pool.close()  # close() without an event loop: stopping servers is synchronous
+        self._release_leases()
         self._adapters.clear()
         self._models.clear()
 
@@ -384,12 +438,16 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _sync_tree(src: Storage, src_dir: str, dst: Storage, dst_dir: str, delete: bool) -> None:
-        """Copy every file under src_dir to dst_dir (through each storage's fsspec filesystem)."""
+        """Copy every file under src_dir to dst_dir (through each storage's fsspec filesystem).
+
+        The lease folder stays where it is: it names the run training the model in that storage, not here."""
         src_dir, dst_dir = src_dir.rstrip("/"), dst_dir.rstrip("/")
         base = src.fs._strip_protocol(src_dir)
         copied = set()
         for f in src.fs.find(src_dir):
             rel = f[len(base) :].lstrip("/")
+            if rel.startswith("lease/"):
+                continue
             with src.fs.open(f, "rb") as fin:
                 data = fin.read()
             target = dst.join(dst_dir, rel)
@@ -400,7 +458,8 @@ class LocalBackend(Backend):
         if delete and dst.fs.exists(dst_dir):
             dbase = dst.fs._strip_protocol(dst_dir)
             for f in dst.fs.find(dst_dir):
-                if f[len(dbase) :].lstrip("/") not in copied:
+                rel = f[len(dbase) :].lstrip("/")
+                if rel not in copied and not rel.startswith("lease/"):
                     dst.fs.rm(f)
 
 
