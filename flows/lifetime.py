@@ -29,6 +29,9 @@ in bench/pipeline.py, 5 of 6 fully cached re-runs started right after another ru
 process starts (a temporary server, prefect_test_harness) record task runs in batches, once a second:
 no re-run in 10 waited. A value set in the environment or the Prefect profile wins. A long-lived server
 (`prefect server start`) is started with the same two variables (README, deployments/README.md).
+
+And the model it trains: `training_lease(store)` holds the model's lease (art_core.lease) for the flow run,
+so a second run training the same project/model is refused before any work and names the run that holds it.
 """
 
 from __future__ import annotations
@@ -36,8 +39,30 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import uuid
+from typing import TYPE_CHECKING, ContextManager
 
 from art_core.processes import guard
+
+if TYPE_CHECKING:
+    from art_core.lease import ModelLease
+    from art_core.store import ModelStore
+
+
+def training_lease(store: "ModelStore") -> ContextManager["ModelLease"]:
+    """The model's lease (art_core.lease) for this flow run: a second run training the same model is refused.
+
+    Example: `with training_lease(ref.store()) as lease:` around a training flow's body, first thing; call
+    `lease.check()` before each step. Keyed by the flow run's id, so a retried flow run takes its own lease back.
+    """
+    from prefect.runtime import flow_run
+
+    from art_core.lease import model_lease
+
+    run_id = flow_run.get_id() or f"process-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return model_lease(
+        store, run_id=str(run_id), run=f"Prefect flow run {flow_run.get_flow_name()}/{flow_run.get_name()}"
+    )
 
 
 def guard_temporary_server() -> list[int]:

@@ -12,13 +12,15 @@ checkpoint exists; a crashed run resumes at the first epoch without one.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.sft import SFTSpec, sft_plan
-from art_core.store import ModelRef
+from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
-from flows.lifetime import guard_temporary_server
+from flows.lifetime import guard_temporary_server, training_lease
 from tasks.sft import sft_step
 
 
@@ -54,11 +56,17 @@ def sft(config: SFTRunConfig) -> SFTSummary:
         storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model
     )
     store = ref.store()
-    store.bind(ref.base_model, trainable=True)  # refuses a model trained from another base, before any work
+    with training_lease(store) as lease:  # one writer per model: a second run is refused before any work
+        store.bind(ref.base_model, trainable=True)  # refuses a model trained from another base, before any work
+        return _sft(config, ref, store, lease.check)
+
+
+def _sft(config: SFTRunConfig, ref: ModelRef, store: ModelStore, check_lease: Callable[[], None]) -> SFTSummary:
     _, start = sft_plan(store, config.data, config.sft)
     summary = SFTSummary(start_step=start, checkpoints={}, losses={}, trained_steps=[])
     for epoch in range(config.sft.epochs):
         step = start + epoch
+        check_lease()  # LeaseLost if another run took this model over
         # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
         state = sft_step(
             ref, config.data, config.sft, epoch, step, config.train, config.inference_url, return_state=True

@@ -7,6 +7,8 @@ or from the Prefect UI through the `train` deployment (deployments/prefect.yaml)
 the same config resumes: rollouts come from the cache in storage, steps whose checkpoint exists are not
 trained again, so a crashed or killed run picks up where it stopped. Steps checkpointed without rollouts
 (the sft flow's epochs) are not rolled out at all: the first rollouts sample the last such checkpoint.
+A run holds the model's lease (art_core.lease) from its first line to its end: a second run of the same
+project/model in the same storage is refused before any work, with the running one named.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from art_core.serving import server_lora_rank
 from art_core.step import GatherOutcome
 from art_core.store import ModelRef
 from flows.config import RunConfig
-from flows.lifetime import guard_temporary_server
+from flows.lifetime import guard_temporary_server, training_lease
 from flows.overrides import warn_if_config_replaced
 from flows.queue import device_slot
 from flows.reporting import publish_run_report
@@ -102,20 +104,28 @@ def train(config: RunConfig) -> TrainSummary:
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     ref, rollout = refs(config)
     eval_rollout = refs(config, for_eval=True)[1]
-    bind_model(ref, config)  # before any server starts or any task runs
-    if config.scale.train_deployment:
-        from tasks.remote import check_train_deployment
+    # One writer per model: a second run of this model is refused here, before any server starts or task runs.
+    with training_lease(ref.store()) as lease:
+        bind_model(ref, config)
+        if config.scale.train_deployment:
+            from tasks.remote import check_train_deployment
 
-        check_train_deployment(config.scale.train_deployment, config.storage_url)
-    with device_slot(config.scale.device_slot, get_run_logger()) as waited:
-        held_from = time.time()
-        summary = _train(config, ref, rollout, eval_rollout)
-        if config.scale.device_slot:
-            summary.device = {"waited_s": waited, "held_from": held_from, "held_to": time.time()}
-        return summary
+            check_train_deployment(config.scale.train_deployment, config.storage_url)
+        with device_slot(config.scale.device_slot, get_run_logger()) as waited:
+            held_from = time.time()
+            summary = _train(config, ref, rollout, eval_rollout, lease.check)
+            if config.scale.device_slot:
+                summary.device = {"waited_s": waited, "held_from": held_from, "held_to": time.time()}
+            return summary
 
 
-def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout: RolloutSpec) -> TrainSummary:
+def _train(
+    config: RunConfig,
+    ref: ModelRef,
+    rollout: RolloutSpec,
+    eval_rollout: RolloutSpec,
+    check_lease: Callable[[], None] = lambda: None,
+) -> TrainSummary:
     results = result_storage_for(config.storage_url)
     gather = with_result_storage(gather_trajectories, results)
     score = with_result_storage(score_groups, results)
@@ -247,6 +257,7 @@ def _train(config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout:
         t2 = time.perf_counter()
         if training is not None:  # checkpoint `step` must exist before step `step` trains from it
             finish(training)
+        check_lease()  # LeaseLost if another run took this model over: stop before writing another checkpoint
         training = _Training(step, t0, t1 - t0, t2 - t1, gathered, scored, train_one(step, scored.uri))
         if k:  # the next k steps' rollouts are gathered while this step trains
             for later in range(step + 1, min(n, step + 1 + k)):
