@@ -284,7 +284,8 @@ async def gather_trajectory_groups(
             return []
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         for o in outs:
-            refuse_non_finite(o, g)
+            if isinstance(o, TrajectoryGroup):
+                refuse_non_finite(o, g)
         return outs
 
     tasks = [asyncio.ensure_future(run_group(p, g)) for g, p in enumerate(pending)]

@@ -269,10 +269,8 @@ def _serializes(item: BaseModel) -> bool:
     try:
         item.model_dump_json()
         return True
-    except PydanticSerializationError as e:
-        if "surrogates not allowed" not in str(e):
-            raise
-        return False
+    except PydanticSerializationError as e:  # another problem (an object JSON cannot hold) is the write's to report
+        return "surrogates not allowed" not in str(e)
 
 
 def escape_invalid_text(item: "Trajectory | TrajectoryGroup") -> int:
