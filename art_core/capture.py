@@ -19,6 +19,9 @@ to the end, its chunks folded into the Choice the same call returns without stre
 and every sampled token's id and logprob). `with_raw_response` calls (LangChain's) and `parse` (structured
 outputs) are recorded too.
 
+`with art.Trajectory() as t:` (ART 2026) captures a block into `t` the same way; such blocks nest, the
+innermost recording, and each asyncio task sees only the blocks it was started under.
+
 `auto_trajectory`/`capture_auto_trajectory` are ART's older names (deprecated there too);
 `yield_trajectory`/`capture_yielded_trajectory` hand back a trajectory built by hand from deep inside a call.
 The capture patches `openai`'s chat-completions `create` once, on first use; with no capture active it
@@ -276,35 +279,66 @@ def current_trajectory(required: bool = False, *, require: bool | None = None) -
     if current:
         return current[-1].trajectory
     if required or require:
-        raise RuntimeError("no trajectory is being captured here: call this inside `await art.trajectory(rollout())`")
+        raise RuntimeError(
+            "No trajectory is being captured here: call this inside `await art.trajectory(rollout())` "
+            "or `with art.Trajectory() as t:`"
+        )
     return None
 
 
 class _TrajectoryScope:
     """`await trajectory(coro)` captures a coroutine; `with trajectory() as t:` captures a block."""
 
-    def __init__(self, coroutine: Coroutine[Any, Any, Any] | None, only_clients: Container[Any] | None) -> None:
-        self.coroutine, self.trajectory, self._token = coroutine, Trajectory(), None
-        self.only_clients = only_clients
+    def __init__(
+        self,
+        coroutine: Coroutine[Any, Any, Any] | None,
+        only_clients: Container[Any] | None,
+        trajectory: Trajectory | None = None,
+    ) -> None:
+        self.coroutine, self.only_clients = coroutine, only_clients
+        self.trajectory = trajectory if trajectory is not None else Trajectory()
 
     def __await__(self) -> Any:
         return self._run().__await__()
 
     async def _run(self) -> Trajectory:
         if self.coroutine is None:
-            raise TypeError("await art.trajectory(rollout(...)) needs the rollout's coroutine")
+            raise TypeError("await art.trajectory(rollout(...)) needs the rollout's raw coroutine")
         with self:
             await self.coroutine
         return self.trajectory
 
     def __enter__(self) -> Trajectory:
         install()
-        self._token = _active.set((*_active.get(), self))
+        _active.set((*_active.get(), self))
         return self.trajectory
 
     def __exit__(self, *exc: Any) -> None:
-        _active.reset(self._token)
+        # Left by stack order rather than by token, as ART does: a context left in another task than the one
+        # that entered it (an async generator's) still pops, and a crossed pair of exits is refused.
+        current = _active.get()
+        if not current or current[-1] is not self:
+            raise RuntimeError("trajectory contexts must exit in stack order (the innermost first)")
+        _active.set(current[:-1])
         self.trajectory.finish()
+
+
+def enter_trajectory(trajectory: Trajectory) -> Trajectory:
+    """`with art.Trajectory() as t:` (Trajectory.__enter__): capture the block's chat completions into t.
+
+    Contexts nest: the innermost is `current_trajectory()` and records the calls; each asyncio task
+    sees the contexts it was started under, so rollouts gathered inside one context stay apart."""
+    scope = _TrajectoryScope(None, None, trajectory)
+    scope.__enter__()
+    return trajectory
+
+
+def exit_trajectory(trajectory: Trajectory) -> None:
+    """Trajectory.__exit__: leave the innermost context, which must be `trajectory`'s, and finish it."""
+    current = _active.get()
+    if not current or current[-1].trajectory is not trajectory:
+        raise RuntimeError("trajectory contexts must exit in stack order (the innermost first)")
+    current[-1].__exit__()
 
 
 def trajectory(coroutine: Coroutine[Any, Any, Any] | None = None, *, only_clients: Container[Any] | None = None) -> Any:
@@ -313,7 +347,9 @@ def trajectory(coroutine: Coroutine[Any, Any, Any] | None = None, *, only_client
     `only_clients` (ours, not ART's): record only calls made through these `openai` clients (a set that may
     grow during the rollout); art_core.langgraph records its chat models' calls this way, as ART does."""
     if coroutine is not None and not inspect.iscoroutine(coroutine):
-        raise TypeError(f"art.trajectory takes a rollout's coroutine (rollout(...)), not a {type(coroutine).__name__}")
+        raise TypeError(
+            f"art.trajectory takes a rollout's raw coroutine (rollout(...)), not a {type(coroutine).__name__}"
+        )
     return _TrajectoryScope(coroutine, only_clients)
 
 
@@ -365,6 +401,8 @@ __all__ = [
     "capture_auto_trajectory",
     "capture_yielded_trajectory",
     "current_trajectory",
+    "enter_trajectory",
+    "exit_trajectory",
     "install",
     "no_capture",
     "record_exchange",

@@ -109,6 +109,23 @@ class Trajectory(BaseModel):
     def log(self, line: str) -> None:
         self.logs.append(line)
 
+    def __enter__(self) -> "Trajectory":
+        """Capture the chat completions made inside the block into this trajectory (art_core.capture).
+
+            with art.Trajectory() as t:
+                reply = await client.chat.completions.create(model=name, messages=messages)
+                t.reward = score(reply)
+
+        Nested blocks record into the innermost; `art.current_trajectory()` is it. Leaving finishes it."""
+        from art_core.capture import enter_trajectory
+
+        return enter_trajectory(self)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        from art_core.capture import exit_trajectory
+
+        exit_trajectory(self)
+
     @contextlib.asynccontextmanager
     async def track_duration(self, name: str) -> AsyncIterator[None]:
         """Add the seconds spent in the block to metrics[f"{name}_duration"] (summed over repeated uses).
