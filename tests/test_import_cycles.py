@@ -19,9 +19,10 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = "art_core"
 
-# The one back edge ART's API forces, commented where it stands: ART's `TrajectoryGroup(coroutines)` awaits
-# the rollouts it is given, so art_core.trajectories calls art_core.gather from inside a function.
-ALLOWED = {("art_core.trajectories", "art_core.gather")}
+# The two back edges ART's API forces, commented where they stand: ART's `TrajectoryGroup(coroutines)` awaits
+# the rollouts it is given, so art_core.trajectories calls art_core.gather from inside a function; and
+# `with art.Trajectory() as t:` captures into t, so Trajectory.__enter__ calls art_core.capture the same way.
+ALLOWED = {("art_core.trajectories", "art_core.gather"), ("art_core.trajectories", "art_core.capture")}
 
 # Cycles that exist today and are still to be broken, each with what breaks it. The test fails on any
 # cycle not listed here, and on an entry that no longer is a cycle (delete it then): the list only shrinks.
