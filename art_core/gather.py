@@ -42,22 +42,50 @@ AfterEach = Callable[[TrajectoryGroup], "AfterEachResult | Awaitable[AfterEachRe
 
 
 class PendingGroup:
-    """Awaitables of rollouts for one scenario, not yet run. `TrajectoryGroup(coros)` returns one."""
+    """Awaitables of rollouts for one scenario, not yet run. `TrajectoryGroup(coros)` and `trajectory_group`
+    return one; awaiting it runs it alone, `gather_trajectory_groups` runs many."""
 
-    def __init__(self, awaitables: list[Awaitable[Trajectory]], metadata: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        awaitables: list[Awaitable[Trajectory]],
+        metadata: dict[str, Any] | None = None,
+        return_exceptions: bool = False,
+    ) -> None:
         self.awaitables = awaitables
         self.metadata = metadata or {}
+        self.return_exceptions = return_exceptions
 
     def __await__(self):  # ART lets a group of coroutines be awaited on its own
         return self._run().__await__()
 
     async def _run(self) -> TrajectoryGroup:
-        return (await gather_trajectory_groups([self], pbar_desc=None))[0]
+        try:
+            return (await gather_trajectory_groups([self], pbar_desc=None))[0]
+        except TooManyExceptions as exc:
+            first = exc.__cause__
+        # Awaited alone, a failed rollout raises its own exception, as ART's asyncio.gather does.
+        raise first if first is not None else RuntimeError("a rollout failed")
 
 
-def trajectory_group(awaitables: Iterable[Awaitable[Trajectory]], **metadata: Any) -> PendingGroup:
-    """A group of rollouts to run later with `gather_trajectory_groups`."""
-    return PendingGroup(list(awaitables), metadata)
+def trajectory_group(
+    awaitables: Iterable[Awaitable[Trajectory]],
+    *,
+    return_exceptions: bool = False,
+    metadata: dict[str, Any] | None = None,
+) -> PendingGroup:
+    """A group of rollouts, run when awaited (`await art.trajectory_group(...)`) or by gather_trajectory_groups.
+
+    return_exceptions (ART's option): a failed rollout comes back in `group.exceptions` (a RolloutError with
+      its type, message and traceback; logged) and the group keeps the rollouts that finished, whatever
+      the gather's max_exceptions. Without it, awaiting the group raises the first failure itself (as ART),
+      and a gather counts it against max_exceptions.
+    metadata (ours): the finished group's metadata, e.g. {"scenario_id": s.id}.
+    Any other keyword is a TypeError: gather options (max_exceptions, after_each) go to gather_trajectory_groups.
+
+        group = await art.trajectory_group([art.trajectory(rollout()) for _ in range(4)], return_exceptions=True)
+        len(group.trajectories) + len(group.exceptions)   # 4
+    """
+    return PendingGroup(list(awaitables), metadata, return_exceptions=return_exceptions)
 
 
 class TooManyExceptions(RuntimeError):
@@ -214,9 +242,12 @@ async def gather_trajectory_groups(
     failures: list[BaseException] = []
     progress = _Progress(pbar_desc, len(pending), total, pbar_total_completion_tokens, max_metrics)
 
-    def failed(exc: BaseException) -> RolloutError:
-        failures.append(exc)
+    def failed(exc: BaseException, returned: bool = False) -> RolloutError:
         progress.exception()
+        if returned:  # its group asked for it (return_exceptions=True): not counted against max_exceptions
+            log.warning("rollout failed, returned in its group: %r", exc)
+            return RolloutError.from_exception(exc)
+        failures.append(exc)
         if len(failures) > limit:
             raise TooManyExceptions(
                 f"{len(failures)} rollouts failed, more than max_exceptions={max_exceptions} allows; "
@@ -237,26 +268,27 @@ async def gather_trajectory_groups(
                 group.exceptions.append(failed(exc))
         group.trajectories = kept
 
-    async def run_one(aw: Awaitable[Trajectory], where: str) -> Trajectory | RolloutError:
+    async def run_one(aw: Awaitable[Trajectory], where: str, returned: bool) -> Trajectory | RolloutError:
         async with semaphore:
             try:
                 t = await aw
-            except Exception as exc:  # counted against max_exceptions, never scored
+            except Exception as exc:  # counted against max_exceptions (or returned), never scored
                 await raise_if_server_died(exc, pbar_desc)
-                return failed(exc)
+                return failed(exc, returned)
         if not isinstance(t, Trajectory):
             raise TypeError(f"a rollout returned {type(t).__name__}; rollouts must return a Trajectory")
         try:
             check_reward(t, where)
         except NonFiniteReward as exc:
-            return failed(exc)
+            return failed(exc, returned)
         progress.trajectory(t)
         return t
 
     async def run_group(p: PendingGroup | Awaitable[Any], g: int) -> list[TrajectoryGroup]:
         if isinstance(p, PendingGroup):
             names = [rollout_name(g, i, p.metadata) for i in range(len(p.awaitables))]
-            results = await asyncio.gather(*(run_one(aw, name) for aw, name in zip(p.awaitables, names)))
+            runs = (run_one(aw, name, p.return_exceptions) for aw, name in zip(p.awaitables, names))
+            results = await asyncio.gather(*runs)
             group = TrajectoryGroup(
                 [r for r in results if isinstance(r, Trajectory)],
                 exceptions=[r for r in results if isinstance(r, RolloutError)],

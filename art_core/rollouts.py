@@ -152,7 +152,10 @@ async def rollout_groups(
             yield balanced_rollout(env, balancer, model, s, **sampling, **seeded)
 
     try:
-        pending = [trajectory_group(rollouts(g, s), scenario_id=s.id, split=s.split) for g, s in enumerate(scenarios)]
+        pending = [
+            trajectory_group(rollouts(g, s), metadata={"scenario_id": s.id, "split": s.split})
+            for g, s in enumerate(scenarios)
+        ]
         return await gather_trajectory_groups(pending, max_exceptions=max_exceptions, pbar_desc=pbar_desc)
     finally:
         await balancer.close()

@@ -164,6 +164,20 @@ class Trajectory(BaseModel):
         return isinstance(other, Trajectory) and self.model_dump() == other.model_dump()
 
 
+def _pending_group(awaitables: list[Any], data: dict[str, Any]) -> Any:
+    """`TrajectoryGroup(coroutines, metadata=...)`: a group still to be run; any other keyword is refused,
+    since a group not yet run has nothing to put it on."""
+    from art_core.gather import PendingGroup
+
+    unknown = sorted(set(data) - {"metadata"})
+    if unknown:
+        raise TypeError(
+            f"TrajectoryGroup(rollout coroutines, ...) takes only metadata=, not {', '.join(unknown)}; "
+            "use art.trajectory_group(..., return_exceptions=True) to keep failed rollouts"
+        )
+    return PendingGroup(awaitables, data.get("metadata"))
+
+
 def choice_to_message(choice: Choice) -> Message:
     """The assistant message a Choice stands for, as a chat-template-ready dict."""
     msg = choice.message
@@ -216,16 +230,12 @@ class TrajectoryGroup(BaseModel):
         if trajectories is not None and not isinstance(trajectories, (list, tuple)):
             items = list(trajectories)
             if items and all(inspect.isawaitable(i) for i in items):
-                from art_core.gather import PendingGroup
-
-                return PendingGroup(items, data.get("metadata"))
+                return _pending_group(items, data)
             instance = super().__new__(cls)
             instance.__init__(items, **data)
             return instance
         if trajectories and all(inspect.isawaitable(i) for i in trajectories):
-            from art_core.gather import PendingGroup
-
-            return PendingGroup(list(trajectories), data.get("metadata"))
+            return _pending_group(list(trajectories), data)
         return super().__new__(cls)
 
     def __init__(self, trajectories: Iterable[Trajectory | BaseException] | None = None, **data: Any) -> None:
