@@ -76,7 +76,7 @@ LocalTrainResult = TrainResult  # ART's LocalBackend result: step, metrics and t
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("local", "rewards", "tinker", "trainer_rank"):  # ART's `art.local.LocalBackend`; imported on first use
+    if name in ("local", "mcp", "rewards", "tinker", "trainer_rank"):  # ART's `art.local.LocalBackend`; on first use
         return importlib.import_module(f"art_core.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)

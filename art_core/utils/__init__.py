@@ -1,6 +1,7 @@
 """`art_core.utils`: the helpers ART's examples import from `art.utils`, with ART's behaviour.
 
     from art_core.utils import iterate_dataset, limit_concurrency
+    from art_core.utils.logging import info, ok, step, warn, err
 
     for batch in iterate_dataset(scenarios, groups_per_step=4, num_epochs=2, initial_step=await model.get_step()):
         batch.items, batch.step, batch.epoch, batch.epoch_step          # ART 2026 style
@@ -15,15 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import math
 import random
+from logging import getLogger  # not `import logging`: the name `logging` here is ART's submodule, below
 from typing import Any, Callable, Generic, Iterator, NamedTuple, Sequence, TypeVar
 
 from art_core.retry import retry
+from art_core.utils import logging  # ART's `art.utils.logging` (info, ok, step, warn, err)
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 
 class DatasetBatch(NamedTuple, Generic[T]):
@@ -169,5 +171,6 @@ __all__ = [
     "iterate_dataset",
     "limit_concurrency",
     "log_http_errors",
+    "logging",
     "retry",
 ]
