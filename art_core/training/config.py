@@ -180,7 +180,8 @@ class TrainConfig(BaseModel):
         description="Recompute each decoder layer's activations in backward instead of keeping them: about a "
         "third more compute for a fraction of the activation memory, so passes hold many more tokens. None: on "
         "CUDA, on only when a pass without it would not hold the step's longest sequence (and at least 1024 "
-        "tokens) in memory_budget_gib; off on CPU (where memory is not the limit and compute is).",
+        "tokens) in memory_budget_gib; on CPU (where compute is the limit), only when one sequence alone would keep "
+        "more than a quarter of the available memory.",
     )
     packed_attention: Literal["auto", "segments", "flex", "mask"] = Field(
         "auto",
@@ -204,6 +205,11 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, description="Seed for the LoRA initialisation and shuffling.")
 
     # ---- experimental ----
+    experimental_fused_lora: bool = Field(
+        True,
+        description="Experimental: run LoRA projections as one base matmul plus an in-place low-rank update in the "
+        "activations' dtype (art_core.training.fused_lora) instead of peft's forward; False restores peft's.",
+    )
     experimental_compute_entropy: bool = Field(
         True, description="Experimental: report the policy entropy on trained tokens (costs a softmax over the vocab)."
     )

@@ -17,7 +17,8 @@ left for the LM head's chunk buffers, the optimizer and the allocator's fragment
 Activation checkpointing recomputes every layer's forward in backward: about 8N instead of 6N FLOPs per
 token. So on CUDA the default (`choose_checkpointing`) keeps it off whenever a pass without it still
 holds the step's longest sequence and at least MIN_FULL_TOKENS tokens, and turns it on only when memory
-forces it. The figures land in the step's metrics (`tokens_per_pass`, `passes`, `gradient_checkpointing`,
+forces it. On a CPU it stays off unless one sequence alone would keep more than a quarter of the available
+memory (`cpu_sequence_budget`: a 6k-token tau2 episode on SmolLM2-135M would keep about 11 GiB). The figures land in the step's metrics (`tokens_per_pass`, `passes`, `gradient_checkpointing`,
 `peak_memory_gib`), so what the defaults did is visible.
 
     >>> per_token_bytes(hidden=3584, intermediate=18944, layers=28, kv_dim=512, dtype_bytes=2, checkpointing=True)
@@ -91,6 +92,19 @@ def choose_checkpointing(
     """
     need = tokens_per_forward if tokens_per_forward is not None else max(MIN_FULL_TOKENS, longest)
     return need * SAFETY * full_bytes_per_token > budget_bytes
+
+
+def cpu_sequence_budget() -> int:
+    """Bytes one sequence's activations may take on CPU before checkpointing is worth its compute: a quarter
+    of the memory available now (a pass holds at least one whole sequence, whatever the 1 GiB pass budget)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 4
+    except OSError:
+        pass
+    return 4 << 30
 
 
 def activation_budget(device: Any, budget_gib: float | None) -> int:

@@ -202,7 +202,7 @@ def _sft_step(base_model, trajectories, config, train_config, storage, project, 
     rates = config.rates(len(sizes))
     params = [p for p in model.parameters() if p.requires_grad]
     losses, tokens, start = [], 0, 0
-    with packed_attention(model, attention), fused_lora(model):
+    with packed_attention(model, attention), fused_lora(model, train_config.experimental_fused_lora):
         for size, lr in zip(sizes, rates):
             batch = seqs[start : start + size]
             start += size

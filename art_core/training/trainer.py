@@ -47,6 +47,7 @@ from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
 from art_core.training.fused_lora import fused_lora
 from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss, option_metrics_end, option_metrics_start
+from art_core.training.precision import choose_train_dtype
 from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
 from art_core.training.reference import reference_policy
 from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_histories
@@ -91,7 +92,7 @@ def _load(base_model: str, config: TrainConfig) -> _Loaded:
     """The cached model for `base_model`, loaded (and wrapped with a seeded LoRA) on first use."""
     import torch
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     lora_key = (
         config.lora_rank,
@@ -105,9 +106,15 @@ def _load(base_model: str, config: TrainConfig) -> _Loaded:
     if cached is not None and cached.lora_key == lora_key:
         return cached
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
-        config.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32
+    shape = AutoConfig.from_pretrained(base_model)
+    dtype_name, why = choose_train_dtype(
+        config.dtype,
+        device.type,
+        int(getattr(shape, "hidden_size", 0) or 0),
+        int(getattr(shape, "intermediate_size", 0) or 0),
     )
+    log.info("training %s in %s on %s: %s", base_model, dtype_name, device.type, why)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype).to(device)
     lora = LoraConfig(
@@ -254,13 +261,14 @@ def _set_checkpointing(model: Any, on: bool) -> None:
 def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -> tuple[int, int, bool, str]:
     """(tokens per forward pass, tokens per packed row, activation checkpointing, attention mode) of a step.
 
-    `longest` is the step's longest sequence in tokens. Checkpointing left to None is off on CPU; on CUDA
-    it is on only when a pass without it would not fit the memory budget (memory.choose_checkpointing).
+    `longest` is the step's longest sequence in tokens. Checkpointing left to None is on only where memory
+    needs it: on CUDA when a pass without it would not fit the budget (memory.choose_checkpointing), on CPU
+    when one sequence alone would keep more than memory.cpu_sequence_budget.
 
     >>> pass_shape(model, TrainConfig(), torch.device("cpu"))     # doctest: +SKIP
     (16384, 16384, False, 'segments')
     """
-    from art_core.training.memory import choose_checkpointing
+    from art_core.training.memory import SAFETY, choose_checkpointing, cpu_sequence_budget
 
     attention = choose_attention(config.packed_attention, device.type)
     dtype_bytes = next(model.parameters()).element_size()
@@ -268,10 +276,12 @@ def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -
     checkpointing = config.gradient_checkpointing
     if checkpointing is None:
         checkpointing = False
+        full = model_per_token_bytes(model.config, dtype_bytes, checkpointing=False)
         if device.type == "cuda":
             budget = activation_budget(device, config.memory_budget_gib)
-            full = model_per_token_bytes(model.config, dtype_bytes, checkpointing=False)
             checkpointing = choose_checkpointing(budget, full, longest, config.tokens_per_forward)
+        else:
+            checkpointing = longest * SAFETY * full > cpu_sequence_budget()
     per_pass = config.tokens_per_forward
     if per_pass is None:
         per_token = model_per_token_bytes(model.config, dtype_bytes, checkpointing)
@@ -318,6 +328,7 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
         "passes": 0,
         "peak_memory_gib": 0.0,
         "gradient_checkpointing": int(checkpointing),
+        "bf16": int(next(model.parameters()).dtype == _bf16()),  # precision.py: the dtype 'auto' chose
     }
     if config.beta > 0:
         metrics["kl"] = 0.0
@@ -329,7 +340,11 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
     else:
         fresh = dict(metrics)
         out_of_memory = False
-        with packed_attention(model, attention), fused_lora(model), PeakMemory(device) as peak:
+        with (
+            packed_attention(model, attention),
+            fused_lora(model, config.experimental_fused_lora),
+            PeakMemory(device) as peak,
+        ):
             try:
                 _run_passes(
                     model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
@@ -356,7 +371,11 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
             _set_checkpointing(model, checkpointing)
             metrics = {**fresh, "tokens_per_pass": tokens_per_forward, "tokens_per_row": tokens_per_row}
             metrics.update(gradient_checkpointing=1, out_of_memory_retries=1)
-            with packed_attention(model, attention), fused_lora(model), PeakMemory(device) as peak:
+            with (
+                packed_attention(model, attention),
+                fused_lora(model, config.experimental_fused_lora),
+                PeakMemory(device) as peak,
+            ):
                 _run_passes(
                     model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
                 )
@@ -375,6 +394,12 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
     state.owner = (storage.root, project, name, step + 1)
     metrics["seconds"] = time.time() - started  # including the checkpoint write
     return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
+
+
+def _bf16() -> Any:
+    import torch
+
+    return torch.bfloat16
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -369,6 +369,9 @@ def test_tokens_per_pass_follow_the_memory_budget(tiny_model_path, fresh_trainer
     fixed = pass_shape(model, CFG.model_copy(update={"tokens_per_forward": 3000, "packed_attention": "mask"}), cpu)
     assert small[0] == 512 and large[0] > small[0]  # clamped at the floor, grows with the budget
     assert fixed == (3000, 512, False, "mask")  # a dense mask keeps rows short: 4 x hidden, at least 512
+    # On CPU nothing is recomputed, unless one sequence alone would fill a quarter of the available memory.
+    assert pass_shape(model, CFG, cpu, longest=4096)[2] is False
+    assert pass_shape(model, CFG, cpu, longest=10**9)[2] is True
 
 
 def _qwen_vocab_model(tiny_model_path: str, path: str) -> str:
