@@ -4,8 +4,18 @@ pass^k (tau-bench) is the chance that k attempts at the same scenario all succee
 attempts with c successes as C(c, k) / C(n, k), averaged over scenarios. It needs n >= k attempts per
 scenario, so it is reported for k = 1..trials.
 
+Where the environment tells task categories apart (`Environment.scenario_category`: the customer-service
+environments, retail, airline, tau2), reward and pass^k are also reported per category (write / refuse /
+answer), and the report's headline is pass^1 on tasks that need a write: a policy that never acts passes most
+refusals, so the mean reward flatters it, but it scores 0 there. `evaluate_policy` evaluates an agent written
+in code (the `never_acts` baseline) the same way, without a server.
+
     report = await evaluate_model(env, endpoint, "agent@3", split="val", scenarios=8, trials=4)
     report.reward, report.pass_k            # 0.41, {1: 0.5, 2: 0.31, 3: 0.22, 4: 0.16}
+    report.by_category["write"].pass_k      # {1: 0.25, 2: 0.1, 3: 0.05, 4: 0.02}
+    report.headline                         # Headline(metric='write pass^1', value=0.25)
+    floor, _ = await evaluate_policy(env, never_acts, split="val", scenarios=8, trials=4)
+    floor.headline.value                    # 0.0
 """
 
 from __future__ import annotations
@@ -15,15 +25,36 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
-from art_core.envs.base import Environment
+from art_core.envs.base import Environment, Scenario
+from art_core.envs.customer_service.categories import CATEGORIES
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
 from art_core.store import ModelRef, baseline_eval_path
 from art_core.trajectories import TrajectoryGroup
 
 if TYPE_CHECKING:
+    from art_core.envs.customer_service.policies import Policy
     from art_core.serving import Endpoint
+
+
+HEADLINE_CATEGORY = "write"  # where the environment has categories, the headline is pass^1 on these tasks
+NEVER_ACTS = "never-acts"  # the name the never-acts baseline is reported under
+
+
+class CategoryScore(BaseModel):
+    """Reward and pass^k over the scenarios of one task category."""
+
+    scenarios: int
+    reward: float
+    pass_k: dict[int, float] = Field(default_factory=dict)
+
+
+class Headline(BaseModel):
+    """The one figure an evaluation leads with."""
+
+    metric: str = Field(description="'write pass^1' where the environment has task categories, else 'reward'.")
+    value: float
 
 
 class EvalReport(BaseModel):
@@ -39,6 +70,21 @@ class EvalReport(BaseModel):
     success_threshold: float = 1.0
     per_scenario: dict[str, list[float]] = Field(default_factory=dict, description="Rewards of each attempt.")
     seconds: float = 0.0
+    by_category: dict[str, CategoryScore] = Field(
+        default_factory=dict,
+        description="Reward and pass^k per task category (write / refuse / answer); empty where the "
+        "environment has no categories.",
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def headline(self) -> Headline:
+        """pass^1 on tasks that need a write where there are such tasks (a do-nothing policy scores 0 there),
+        else the mean reward. Stored with the report, so whoever reads the JSON sees the same figure."""
+        write = self.by_category.get(HEADLINE_CATEGORY)
+        if write is not None and 1 in write.pass_k:
+            return Headline(metric=f"{HEADLINE_CATEGORY} pass^1", value=write.pass_k[1])
+        return Headline(metric="reward", value=self.reward)
 
 
 def pass_hat_k(successes: int, attempts: int, k: int) -> float:
@@ -52,17 +98,15 @@ def pass_hat_k(successes: int, attempts: int, k: int) -> float:
     return math.comb(successes, k) / math.comb(attempts, k)
 
 
-def eval_report(
-    groups: list[TrajectoryGroup], *, model: str, step: int, split: str, trials: int, success_threshold: float = 1.0
-) -> EvalReport:
-    """An EvalReport from finished groups (one group per scenario, `trials` attempts in each).
+def pass_k_of(groups: list[TrajectoryGroup], trials: int, success_threshold: float = 1.0) -> dict[int, float]:
+    """pass^k for k = 1..trials, averaged over the groups (one per scenario) that have k attempts or more.
 
     A failed attempt (kept as an exception in its group) counts as an attempt that did not succeed.
+
+    >>> pass_k_of([TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)])], trials=2)
+    {1: 0.5, 2: 0.0}
     """
     pass_k: dict[int, float] = {}
-    per_scenario: dict[str, list[float]] = {}
-    for g in groups:
-        per_scenario[str(g.metadata.get("scenario_id", len(per_scenario)))] = g.rewards()
     for k in range(1, trials + 1):
         values = []
         for g in groups:
@@ -73,6 +117,41 @@ def eval_report(
             values.append(pass_hat_k(ok, attempts, k))
         if values:
             pass_k[k] = sum(values) / len(values)
+    return pass_k
+
+
+def eval_report(
+    groups: list[TrajectoryGroup],
+    *,
+    model: str,
+    step: int,
+    split: str,
+    trials: int,
+    success_threshold: float = 1.0,
+    categories: dict[str, str] | None = None,
+) -> EvalReport:
+    """An EvalReport from finished groups (one group per scenario, `trials` attempts in each).
+
+    A failed attempt (kept as an exception in its group) counts as an attempt that did not succeed.
+    `categories` maps scenario ids to task categories (`scenario_categories`); groups of each category are
+    summarized apart in `by_category`, by the same arithmetic as the whole.
+    """
+    per_scenario: dict[str, list[float]] = {}
+    for g in groups:
+        per_scenario[str(g.metadata.get("scenario_id", len(per_scenario)))] = g.rewards()
+    by_category: dict[str, CategoryScore] = {}
+    grouped: dict[str, list[TrajectoryGroup]] = {}
+    for g in groups:
+        category = (categories or {}).get(str(g.metadata.get("scenario_id")))
+        if category is not None:
+            grouped.setdefault(category, []).append(g)
+    for category in sorted(grouped, key=lambda c: (CATEGORIES.index(c) if c in CATEGORIES else len(CATEGORIES), c)):
+        members = grouped[category]
+        by_category[category] = CategoryScore(
+            scenarios=len(members),
+            reward=reward_summary(members)["reward"],
+            pass_k=pass_k_of(members, trials, success_threshold),
+        )
     return EvalReport(
         model=model,
         step=step,
@@ -80,10 +159,26 @@ def eval_report(
         scenarios=len(groups),
         trials=trials,
         reward=reward_summary(groups)["reward"],
-        pass_k=pass_k,
+        pass_k=pass_k_of(groups, trials, success_threshold),
         success_threshold=success_threshold,
         per_scenario=per_scenario,
+        by_category=by_category,
     )
+
+
+def scenario_categories(env: Environment, scenarios: list[Scenario]) -> dict[str, str]:
+    """{scenario id: category} for the scenarios the environment can categorize ({} for most environments)."""
+    categorize = getattr(env, "scenario_category", None)  # an environment need not subclass Environment
+    if categorize is None:
+        return {}
+    return {s.id: c for s in scenarios if (c := categorize(s)) is not None}
+
+
+def _chosen(env: Environment, split: str, scenarios: int) -> list[Scenario]:
+    chosen = list(env.scenarios(env.check_split(split)))[:scenarios]
+    if not chosen:
+        raise ValueError(f"environment {env.name!r} has no {split!r} scenarios to evaluate on")
+    return chosen
 
 
 async def evaluate_model(
@@ -102,13 +197,55 @@ async def evaluate_model(
 
     Returns the report and the groups (to store next to it).
     """
-    chosen = list(env.scenarios(env.check_split(split)))[:scenarios]
-    if not chosen:
-        raise ValueError(f"environment {env.name!r} has no {split!r} scenarios to evaluate on")
+    chosen = _chosen(env, split, scenarios)
     t0 = time.perf_counter()
     groups = await rollout_groups(env, endpoint, model, chosen, trials, sampling=sampling, pbar_desc=f"eval {split}")
     report = eval_report(
-        groups, model=model, step=step, split=split, trials=trials, success_threshold=success_threshold
+        groups,
+        model=model,
+        step=step,
+        split=split,
+        trials=trials,
+        success_threshold=success_threshold,
+        categories=scenario_categories(env, chosen),
+    )
+    report.seconds = time.perf_counter() - t0
+    return report, groups
+
+
+async def evaluate_policy(
+    env: Environment,
+    policy: "Policy",
+    name: str = NEVER_ACTS,
+    *,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+) -> tuple[EvalReport, list[TrajectoryGroup]]:
+    """`evaluate_model` for an agent written in code (`art_core.envs.customer_service.policies`): the same
+    scenarios, episodes through the environment's own rollout, the same report, and no server.
+
+    >>> report, _ = await evaluate_policy(load_environment("retail"), never_acts, scenarios=40, trials=3)  # doctest: +SKIP
+    >>> report.headline, report.by_category["refuse"].reward                                                  # doctest: +SKIP
+    (Headline(metric='write pass^1', value=0.0), 1.0)
+    """
+    from art_core.envs.customer_service.policies import PolicyClient
+
+    chosen = _chosen(env, split, scenarios)
+    t0 = time.perf_counter()
+    groups = []
+    for s in chosen:  # one at a time: a policy in code costs no server time, and the episodes are CPU-bound
+        attempts = [await env.rollout(PolicyClient(policy), name, s) for _ in range(trials)]
+        groups.append(TrajectoryGroup(attempts, metadata={"scenario_id": s.id, "split": s.split}))
+    report = eval_report(
+        groups,
+        model=name,
+        step=0,
+        split=split,
+        trials=trials,
+        success_threshold=success_threshold,
+        categories=scenario_categories(env, chosen),
     )
     report.seconds = time.perf_counter() - t0
     return report, groups
@@ -151,10 +288,23 @@ def evaluate_step(
     )
     store.write_eval(step, report.model_dump(mode="json"))
     store.write_groups(store.trajectories(split, step), groups)
-    store.record(
-        step, {"reward": report.reward, **{f"pass^{k}": v for k, v in report.pass_k.items()}}, prefix=f"{split}/"
-    )
+    store.record(step, eval_metrics(report), prefix=f"{split}/")
     return report
+
+
+def eval_metrics(report: EvalReport) -> dict[str, float]:
+    """The history.jsonl figures of an evaluation: `{split}/reward`, `{split}/pass^k`, and per task category
+    `{split}/{category}/reward` and `{split}/{category}/pass^k`.
+
+    >>> eval_metrics(EvalReport(model="m", step=1, split="val", scenarios=1, trials=1, reward=0.5, pass_k={1: 0.0}))
+    {'val/reward': 0.5, 'val/pass^1': 0.0}
+    """
+    metrics = {f"{report.split}/reward": report.reward}
+    metrics.update({f"{report.split}/pass^{k}": v for k, v in report.pass_k.items()})
+    for category, score in report.by_category.items():
+        metrics[f"{report.split}/{category}/reward"] = score.reward
+        metrics.update({f"{report.split}/{category}/pass^{k}": v for k, v in score.pass_k.items()})
+    return metrics
 
 
 def evaluate_baseline(
@@ -189,4 +339,36 @@ def evaluate_baseline(
     )
     storage = Storage(storage_url)
     storage.write_json(baseline_eval_path(storage, project, model, split), report.model_dump(mode="json"))
+    return report
+
+
+def never_acts_baseline(
+    storage_url: str,
+    project: str,
+    rollout: RolloutSpec,
+    *,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+    run: Callable[[Any], Any] | None = None,
+) -> EvalReport:
+    """The never-acts baseline (no tool call, every turn a polite refusal) on the same scenarios as
+    `evaluate_step`, stored under `{project}/baselines/never-acts-{environment}/eval-{split}.json`.
+
+    >>> never_acts_baseline("/tmp/art", "demo", RolloutSpec(environment="retail"), scenarios=40).headline  # doctest: +SKIP
+    Headline(metric='write pass^1', value=0.0)
+    """
+    from art_core.envs.customer_service.policies import never_acts
+    from art_core.storage import Storage
+
+    env = rollout.load_environment()
+    report, _ = (run or asyncio.run)(
+        evaluate_policy(
+            env, never_acts, split=split, scenarios=scenarios, trials=trials, success_threshold=success_threshold
+        )
+    )
+    storage = Storage(storage_url)
+    path = baseline_eval_path(storage, project, f"{NEVER_ACTS}-{env.name}", split)
+    storage.write_json(path, report.model_dump(mode="json"))
     return report

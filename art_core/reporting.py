@@ -289,29 +289,101 @@ def _write_bytes(storage: Storage, path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def eval_markdown(reports: list[Any], title: str = "Evaluation", baseline: Any | None = None) -> str:
-    """A markdown report: one row per evaluated step (EvalReport objects or dicts), best reward in bold."""
-    reports = [r if isinstance(r, dict) else r.model_dump() for r in reports]
-    if baseline is not None:
-        baseline = baseline if isinstance(baseline, dict) else baseline.model_dump()
-    all_rows = ([baseline] if baseline else []) + reports
+def eval_markdown(
+    reports: list[Any], title: str = "Evaluation", baseline: Any | None = None, more_baselines: list[Any] = ()
+) -> str:
+    """A markdown report: one row per evaluated step (EvalReport objects or dicts), baselines first, best in bold.
+
+    Where the environment has task categories (reports with `by_category`), the headline, pass^1 on tasks that
+    need a write, leads the table and picks the best step, and a second table gives reward and pass^k per
+    category for every row. `more_baselines`: rows shown as baselines besides `baseline` (the never-acts policy).
+    """
+    reports = [_as_dict(r) for r in reports]
+    baselines = [_as_dict(b) for b in ([baseline] if baseline is not None else []) + list(more_baselines)]
+    all_rows = baselines + reports
     if not all_rows:
         return f"# {title}\n\nNothing was evaluated.\n"
     ks = sorted({int(k) for r in all_rows for k in r.get("pass_k", {})})
-    best = max(r["reward"] for r in reports) if reports else None
-    head = "| model | step | split | scenarios x trials | reward |" + "".join(f" pass^{k} |" for k in ks)
-    lines = [f"# {title}", "", head, "|" + "---|" * (5 + len(ks))]
+    headline = next((_headline(r)["metric"] for r in all_rows if r.get("by_category")), None)
+
+    def lead(r: dict[str, Any]) -> float | None:  # what the best step is picked by
+        if headline is None:
+            return r["reward"]
+        h = _headline(r)
+        return h["value"] if h["metric"] == headline else None
+
+    best = max((v for r in reports if (v := lead(r)) is not None), default=None)
+    head = "| model | step | split | scenarios x trials |" + (f" {headline} |" if headline else "") + " reward |"
+    head += "".join(f" pass^{k} |" for k in ks)
+    lines = [f"# {title}", ""]
+    if headline:
+        lines += [
+            f"Headline: **{headline}**, the chance that one try at a task that needs a write succeeds (a policy that never acts scores 0 there).",
+            "",
+        ]
+    lines += [head, "|" + "---|" * (5 + len(ks) + bool(headline))]
     for r in all_rows:
-        reward = f"{r['reward']:.3f}"
-        if r is not baseline and best is not None and r["reward"] == best:
-            reward = f"**{reward}**"
-        passes = "".join(f" {r['pass_k'].get(k, r['pass_k'].get(str(k), float('nan'))):.3f} |" for k in ks)
-        label = f"{r['model']} (baseline)" if r is baseline else r["model"]
-        lines.append(f"| {label} | {r['step']} | {r['split']} | {r['scenarios']} x {r['trials']} | {reward} |{passes}")
-    if baseline and reports:
-        delta = reports[-1]["reward"] - baseline["reward"]
-        lines += ["", f"Last step vs baseline: {delta:+.3f} mean reward."]
+        is_baseline = any(r is b for b in baselines)
+        figures = [lead(r)] if headline else []
+        figures.append(r["reward"])
+        cells = []
+        for i, v in enumerate(figures):
+            text = "-" if v is None else f"{v:.3f}"
+            if i == 0 and not is_baseline and v is not None and v == best:
+                text = f"**{text}**"
+            cells.append(f" {text} |")
+        passes = "".join(f" {_pass(r['pass_k'], k):.3f} |" for k in ks)
+        label = f"{r['model']} (baseline)" if is_baseline else r["model"]
+        step = "-" if r["model"] == "never-acts" else r["step"]  # a policy in code has no checkpoint
+        lines.append(f"| {label} | {step} | {r['split']} | {r['scenarios']} x {r['trials']} |{''.join(cells)}{passes}")
+    if baseline is not None and reports:
+        delta = reports[-1]["reward"] - baselines[0]["reward"]
+        if headline and lead(reports[-1]) is not None and lead(baselines[0]) is not None:
+            gain = lead(reports[-1]) - lead(baselines[0])  # type: ignore[operator]
+            lines += ["", f"Last step vs baseline: {gain:+.3f} {headline}, {delta:+.3f} mean reward."]
+        else:
+            lines += ["", f"Last step vs baseline: {delta:+.3f} mean reward."]
+    if headline:
+        lines += ["", *_category_table(all_rows, baselines, ks)]
     return "\n".join(lines) + "\n"
+
+
+def _category_table(rows: list[dict[str, Any]], baselines: list[dict[str, Any]], ks: list[int]) -> list[str]:
+    """Reward and pass^k per task category, one line per (row, category)."""
+    lines = [
+        "## Per task category",
+        "",
+        "write: the task needs a change to the database; refuse: nothing may change, the agent must decline; "
+        "answer: nothing may change, the agent must say something. pass^k: the chance that k tries at a task "
+        "all succeed, C(c, k) / C(n, k) with c of n tries right, averaged over the category's tasks.",
+    ]
+    if any(r["model"] == "never-acts" for r in rows):
+        lines[-1] += " never-acts: a policy in code that never calls a tool and always declines."
+    lines += [
+        "",
+        "| model | category | scenarios | reward |" + "".join(f" pass^{k} |" for k in ks),
+        "|" + "---|" * (4 + len(ks)),
+    ]
+    for r in rows:
+        label = f"{r['model']} (baseline)" if any(r is b for b in baselines) else r["model"]
+        for category, score in (r.get("by_category") or {}).items():
+            passes = "".join(f" {_pass(score['pass_k'], k):.3f} |" for k in ks)
+            lines.append(f"| {label} | {category} | {score['scenarios']} | {score['reward']:.3f} |{passes}")
+    return lines
+
+
+def _as_dict(report: Any) -> dict[str, Any]:
+    return report if isinstance(report, dict) else report.model_dump()
+
+
+def _headline(r: dict[str, Any]) -> dict[str, Any]:
+    """A report's headline; a dict stored before reports had one leads with its reward."""
+    return r.get("headline") or {"metric": "reward", "value": r["reward"]}
+
+
+def _pass(pass_k: dict[Any, float], k: int) -> float:
+    """pass^k from a dict read back from JSON (keys are strings there) or built here."""
+    return pass_k.get(k, pass_k.get(str(k), float("nan")))
 
 
 def log_wandb(

@@ -1,8 +1,8 @@
-"""pass^k and the evaluation summary: the figures a user compares steps by."""
+"""pass^k and the evaluation summary: the figures a user compares steps by, as a whole and per task category."""
 
 import pytest
 
-from art_core.evaluate import pass_hat_k, eval_report
+from art_core.evaluate import EvalReport, eval_metrics, eval_report, pass_hat_k, scenario_categories
 from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup
 
 
@@ -34,3 +34,93 @@ def test_success_threshold_decides_what_passes():
     groups = [_group("a", [0.5, 0.5])]
     assert eval_report(groups, model="m", step=0, split="val", trials=2).pass_k[1] == 0.0
     assert eval_report(groups, model="m", step=0, split="val", trials=2, success_threshold=0.5).pass_k[1] == 1.0
+
+
+# ---- task categories: the headline a do-nothing policy cannot pass ----------------------------------------------
+
+
+def test_pass_k_per_category_from_known_outcomes():
+    groups = [
+        _group("w1", [1.0, 1.0, 0.0]),  # write: 2 of 3 right
+        _group("w2", [0.0, 0.0], failed=1),  # write: 0 of 3 (a failed attempt is a miss)
+        _group("r1", [1.0, 1.0, 1.0]),  # refuse: 3 of 3
+        _group("a1", [1.0, 0.0, 0.0]),  # answer: 1 of 3
+        _group("x1", [0.5, 0.5, 0.5]),  # not categorized: in the whole only
+    ]
+    categories = {"w1": "write", "w2": "write", "r1": "refuse", "a1": "answer"}
+    report = eval_report(groups, model="m", step=1, split="val", trials=3, categories=categories)
+    assert list(report.by_category) == ["write", "refuse", "answer"]
+    write = report.by_category["write"]
+    assert write.scenarios == 2 and write.reward == pytest.approx(2 / 5)  # rewards of the 5 finished attempts
+    assert write.pass_k[1] == pytest.approx((2 / 3 + 0) / 2)
+    assert write.pass_k[2] == pytest.approx((1 / 3 + 0) / 2)  # C(2,2)/C(3,2)
+    assert write.pass_k[3] == 0.0
+    assert report.by_category["refuse"].pass_k == {1: 1.0, 2: 1.0, 3: 1.0}
+    assert report.by_category["answer"].pass_k == pytest.approx({1: 1 / 3, 2: 0.0, 3: 0.0})
+    assert report.scenarios == 5 and report.pass_k[1] == pytest.approx((2 / 3 + 0 + 1 + 1 / 3 + 0) / 5)
+    assert report.headline.metric == "write pass^1" and report.headline.value == pytest.approx(1 / 3)
+
+
+def test_headline_is_the_reward_without_categories_and_survives_json():
+    plain = eval_report([_group("a", [1.0, 0.0])], model="m", step=0, split="val", trials=2)
+    assert plain.by_category == {} and (plain.headline.metric, plain.headline.value) == ("reward", 0.5)
+    report = eval_report(
+        [_group("w", [1.0, 0.0]), _group("r", [1.0, 1.0])],
+        model="m",
+        step=2,
+        split="val",
+        trials=2,
+        categories={"w": "write", "r": "refuse"},
+    )
+    stored = report.model_dump(mode="json")  # what eval/{step}.json and the baselines hold
+    assert stored["headline"] == {"metric": "write pass^1", "value": 0.5}
+    assert EvalReport.model_validate(stored) == report  # read back, as flows/reporting does
+    assert eval_metrics(report) == {
+        "val/reward": 0.75,
+        "val/pass^1": 0.75,
+        "val/pass^2": 0.5,
+        "val/write/reward": 0.5,
+        "val/write/pass^1": 0.5,
+        "val/write/pass^2": 0.0,
+        "val/refuse/reward": 1.0,
+        "val/refuse/pass^1": 1.0,
+        "val/refuse/pass^2": 1.0,
+    }
+
+
+def test_customer_service_environments_tell_categories_apart():
+    from art_core.envs import load_environment
+
+    for name in ("retail", "airline", "tau2-retail"):
+        env = load_environment(name)
+        split = "test" if name.startswith("tau2") else "val"
+        cats = scenario_categories(env, env.scenarios(split))
+        assert set(cats.values()) == {"write", "refuse", "answer"}, name
+    tau2 = load_environment("tau2-retail")
+    (five,) = [s for s in tau2.scenarios("test") if s.id == "5"]  # returns a delivered item: a write
+    assert tau2.scenario_category(five) == "write"
+    quiz = load_environment("word-quiz")
+    assert scenario_categories(quiz, quiz.scenarios("val")) == {}
+
+
+@pytest.mark.parametrize(
+    "name,categories", [("retail", {"write", "refuse"}), ("airline", {"write", "answer"})]
+)  # what the first 12 val scenarios hold
+def test_never_acts_scores_zero_on_write_tasks_through_the_evaluation(name, categories, tmp_path):
+    """The do-nothing policy played through the environment (no server), summarized and stored as a model's
+    evaluation is (evaluate_policy under never_acts_baseline, the Prefect task's library call)."""
+    from art_core.evaluate import never_acts_baseline
+    from art_core.rollouts import RolloutSpec
+    from art_core.storage import Storage
+
+    report = never_acts_baseline(str(tmp_path), "p", RolloutSpec(environment=name), split="val", scenarios=12, trials=2)
+    assert report.model == "never-acts" and report.scenarios == 12 and report.trials == 2
+    write = report.by_category["write"]
+    assert write.scenarios > 0 and write.reward == 0.0 and write.pass_k == {1: 0.0, 2: 0.0}
+    assert (report.headline.metric, report.headline.value) == ("write pass^1", 0.0)
+    assert set(report.by_category) == categories
+    if "refuse" in categories:  # why the mean reward flatters it
+        assert report.by_category["refuse"].pass_k[1] == 1.0 and report.reward > 0.0
+    saved = Storage(str(tmp_path)).read_json(f"{tmp_path}/p/baselines/never-acts-{name}/eval-val.json")
+    assert EvalReport.model_validate(saved).by_category == report.by_category
+    assert saved["headline"] == {"metric": "write pass^1", "value": 0.0}

@@ -88,6 +88,39 @@ def test_eval_markdown_shows_baseline_pass_k_and_best_step():
     assert "+0.100" in md  # last step vs baseline
 
 
+def test_eval_markdown_leads_with_write_pass_1_and_shows_each_category_and_never_acts():
+    from art_core.evaluate import CategoryScore
+
+    def report(model, step, write, refuse, reward):
+        by_category = {
+            "write": CategoryScore(scenarios=3, reward=write, pass_k={1: write, 2: write / 2}),
+            "refuse": CategoryScore(scenarios=1, reward=refuse, pass_k={1: refuse, 2: refuse}),
+        }
+        return EvalReport(
+            model=model,
+            step=step,
+            split="val",
+            scenarios=4,
+            trials=2,
+            reward=reward,
+            pass_k={1: reward, 2: reward},
+            by_category=by_category,
+        )
+
+    base, never = report("tiny", 0, 0.0, 0.5, 0.125), report("never-acts", 0, 0.0, 1.0, 0.25)
+    steps = [report("a@1", 1, 1 / 3, 0.0, 0.25), report("a@2", 2, 0.0, 1.0, 0.5)]  # a@2: best reward, no writes
+    md = eval_markdown(steps, baseline=base, more_baselines=[never])
+    assert "Headline: **write pass^1**" in md
+    assert "| model | step | split | scenarios x trials | write pass^1 | reward | pass^1 | pass^2 |" in md
+    assert "| never-acts (baseline) | - | val | 4 x 2 | 0.000 | 0.250 |" in md
+    assert "| a@1 | 1 | val | 4 x 2 | **0.333** | 0.250 |" in md  # the best step by the headline, not the reward
+    assert "| a@2 | 2 | val | 4 x 2 | 0.000 | 0.500 |" in md
+    assert "+0.000 write pass^1, +0.375 mean reward" in md  # last step vs the base model
+    assert "## Per task category" in md and "never-acts: a policy in code" in md
+    assert "| a@1 | write | 3 | 0.333 | 0.333 | 0.167 |" in md and "| never-acts (baseline) | refuse | 1 |" in md
+    assert "write pass^1" not in eval_markdown([EvalReport(**{**steps[0].model_dump(), "by_category": {}})])
+
+
 def test_wandb_logs_offline_without_a_key(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     from art_core.trajectories import Trajectory, TrajectoryGroup

@@ -94,6 +94,12 @@ class Environment:
         """Run one episode against an `openai.AsyncOpenAI` client serving `model`; return it scored."""
         raise NotImplementedError
 
+    def scenario_category(self, scenario: Scenario) -> str | None:
+        """What a scenario asks of the agent, where the environment can tell: `write` (it must change the
+        database), `refuse` (it must decline) or `answer` (it must only say something); None where it cannot.
+        The evaluation reports reward and pass^k per category, since a do-nothing policy passes refusals."""
+        return None
+
     def check_split(self, split: str) -> Split:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")

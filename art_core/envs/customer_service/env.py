@@ -35,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
+from art_core.envs.customer_service.categories import scenario_category
 from art_core.envs.customer_service.domain import Database, Domain, Task, reward
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
 from art_core.envs.tool_use.episode import Rules, run_episode
@@ -81,6 +82,10 @@ class CustomerServiceEnv(Environment):
 
     def tools(self) -> list[dict[str, Any]]:
         return self.domain.tool_schemas
+
+    def scenario_category(self, scenario: Scenario) -> str:
+        """`write` / `refuse` / `answer` from the task's gold actions and outputs (see `categories`)."""
+        return scenario_category(scenario)
 
     def make_user(self, task: Task) -> User:
         user = self.options.user

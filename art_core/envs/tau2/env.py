@@ -136,6 +136,14 @@ class Tau2Env(Environment):
         key = "train" if split == "train" else self.options.eval_tasks
         return [Scenario(id=i, split=split, data={"task": self.data.tasks[i]}) for i in self.data.splits[key]]
 
+    def scenario_category(self, scenario: Scenario) -> str:
+        """`write` when a gold action is one of the domain's write tools, else `answer` when the task wants
+        information communicated, else `refuse` (nothing may change and nothing need be said)."""
+        criteria = (scenario.data.get("task") or self.data.tasks[scenario.id]).get("evaluation_criteria") or {}
+        if any(a.get("name") in self.toolset.write_tools for a in criteria.get("actions") or []):
+            return "write"
+        return "answer" if criteria.get("communicate_info") else "refuse"
+
     def gold(self, task_id: str) -> GoldReplay:
         """The gold replay of one task (computed once per environment)."""
         if task_id not in self._gold:
