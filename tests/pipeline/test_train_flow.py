@@ -74,8 +74,9 @@ def task_states(flow_run_id, expect: Iterable[str] = (), timeout: float = 30.0) 
     with get_client(sync_client=True) as client:
         while True:
             runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-            states = {r.name: r.state.name for r in runs}
-            final = all(r.state.is_final() for r in runs) and expect <= set(states)
+            # A task run recorded from its first event may have no state yet: not final, read again.
+            states = {r.name: r.state.name if r.state else "(no state yet)" for r in runs}
+            final = all(r.state and r.state.is_final() for r in runs) and expect <= set(states)
             if states != last or not final:
                 last, since = states, time.monotonic()
             if final and (expect or time.monotonic() - since > 1.5) or time.monotonic() > deadline:
