@@ -301,18 +301,25 @@ class LocalBackend(Backend):
     async def train_sft(
         self,
         model: TrainableModel,
-        trajectories: list,
+        trajectories: "list | str | os.PathLike[str]",
         config: Any = None,
         verbose: bool = False,
         train_config: "TrainConfig | None" = None,
     ) -> TrainResult:
         """Supervised fine-tuning of the model's adapter (ART's `train_sft`): checkpoint step + 1, then served.
 
-        `trajectories` are conversations ending with an assistant message (art_core.sft reads them from JSONL);
-        `config` is a TrainSFTConfig (or its dict); `train_config` gives the LoRA shape (default: the model's).
+        `trajectories` are conversations ending with an assistant message, or the path (local or s3://) of a
+        chat-format JSONL file of them (art_core.sft.read_sft_file); `config` is a TrainSFTConfig (or its dict);
+        `train_config` gives the LoRA shape (default: the model's). GRPO (`model.train`) continues from the step:
+
+            await backend.train_sft(model, "demos.jsonl", TrainSFTConfig(learning_rate=2e-4, batch_size=4))
+            await model.train(groups)   # checkpoint 2, trained from SFT's checkpoint 1
         """
         from art_core.dev import resolve_train_config
-        from art_core.sft import TrainSFTConfig, sft_and_record
+        from art_core.sft import TrainSFTConfig, read_sft_file, sft_and_record
+
+        if isinstance(trajectories, (str, os.PathLike)):
+            trajectories = read_sft_file(os.fspath(trajectories))
 
         if (model.project, model.name) not in self._models:
             raise RuntimeError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import TYPE_CHECKING, Any, Generic, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -291,8 +292,10 @@ class TrainableModel(Model[ConfigT]):
         """Supervised fine-tuning on conversations (ART's `model.train_sft`); same as `backend.train_sft(self, ...)`.
 
         config: `TrainSFTConfig(learning_rate=..., batch_size=..., assistant_turns=...)` (art_core.sft).
+        `trajectories` may also be the path of a chat-format JSONL file (local or s3://).
         """
-        result = await self.backend.train_sft(self, list(trajectories), config, verbose=verbose)
+        data = trajectories if isinstance(trajectories, (str, os.PathLike)) else list(trajectories)
+        result = await self.backend.train_sft(self, data, config, verbose=verbose)
         self._step = result.step
         return result
 
