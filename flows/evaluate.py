@@ -5,6 +5,10 @@
 
 Each evaluation is a cached task (a checkpoint never changes), so asking again costs nothing. The
 markdown report (reward and pass^k per step) is published as an artifact and stored in reports/.
+Where the environment has task categories (retail, airline, tau2), the report leads with pass^1 on tasks that
+need a write, gives reward and pass^k per category, and shows the never-acts policy (no tool call, always
+declines; played without a server) on the same scenarios as a second baseline (on tau2 its customer is still
+an LLM: that model is called, once per turn).
 On tau2-retail / tau2-airline it also lists the leaderboard's figures, and `prompted_only=True` evaluates
 a hosted model alone (see the README's tau2 section).
 """
@@ -22,12 +26,13 @@ from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
 from flows.reporting import artifact_key
 from flows.train import checkpoint_fingerprint_of, refs
-from tasks import evaluate, evaluate_prompted, result_storage_for, with_result_storage
+from tasks import evaluate, evaluate_never_acts, evaluate_prompted, result_storage_for, with_result_storage
 
 
 @flow(name="evaluate", log_prints=True)
 def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
-    """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first."""
+    """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first.
+    The never-acts baseline is in the report and stored with the baselines, not returned."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     run = config.run
@@ -77,7 +82,14 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     rows, shown_baseline = (
         (reports, baseline) if reports else ([baseline] if baseline else [], None)
     )  # prompted_only: one row
-    md = eval_markdown(rows, title=f"{run.model} on {e.split}", baseline=shown_baseline)
+    floor = None  # a do-nothing agent passes refusals: where tasks have categories, show what it scores
+    if any(r.by_category for r in rows + ([shown_baseline] if shown_baseline else [])):
+        floor = with_result_storage(evaluate_never_acts, results)(
+            run.storage_url, run.project, rollout, e.split, e.scenarios, e.trials, e.success_threshold
+        )
+    md = eval_markdown(
+        rows, title=f"{run.model} on {e.split}", baseline=shown_baseline, more_baselines=[floor] if floor else []
+    )
     # tau2-bench environments: the leaderboard's figures, and where this run departs from tau2's protocol
     reference = reference_markdown(
         run.environment.name,
@@ -98,7 +110,8 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     create_markdown_artifact(
         key=artifact_key(run.project, run.model, "eval-compare"),
         markdown=md,
-        description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}",
+        description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}"
+        + (f"; {rows[-1].headline.metric} {rows[-1].headline.value:.3f}" if rows else ""),
     )
     print(md)
     return ([baseline] if baseline else []) + reports

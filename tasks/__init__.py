@@ -8,7 +8,7 @@ in the run's own storage (tasks.results); train_step is idempotent by its checkp
 
 from tasks._async import run_sync
 from tasks.deploy import export_adapter, serve_adapter
-from tasks.evaluate import evaluate, evaluate_prompted
+from tasks.evaluate import evaluate, evaluate_never_acts, evaluate_prompted
 from tasks.gather import gather_trajectories
 from tasks.results import cached_on, result_storage_for, with_result_storage
 from tasks.score import JudgeError, score_groups
@@ -25,6 +25,7 @@ __all__ = [
     "TrainStepResult",
     "cached_on",
     "evaluate",
+    "evaluate_never_acts",
     "evaluate_prompted",
     "export_adapter",
     "gather_trajectories",

@@ -1,9 +1,12 @@
-"""Prefect tasks: evaluate one step of a model, or a prompted baseline, on a split (art_core.evaluate).
+"""Prefect tasks: evaluate one step of a model, a prompted baseline, or the never-acts baseline, on a split
+(art_core.evaluate). Where the environment has task categories, each report has reward and pass^k per category
+and its headline is pass^1 on tasks that need a write.
 
 Cached on inputs and source: a step's checkpoint never changes (its fingerprint is an input), so neither
 does its evaluation. A step's report goes to `eval/{step:04d}.json` and history.jsonl; a prompted
 baseline's (any model behind an OpenAI-compatible URL, key from ART_BASELINE_API_KEY) to
-`{project}/baselines/{model}/eval-{split}.json`.
+`{project}/baselines/{model}/eval-{split}.json`; the never-acts policy's (no server) to
+`{project}/baselines/never-acts-{environment}/eval-{split}.json`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 
 from prefect import get_run_logger, task
 
-from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step
+from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step, never_acts_baseline
 from art_core.rollouts import RolloutSpec
 from art_core.serving import Endpoint, endpoint_for
 from art_core.store import ModelRef
@@ -39,7 +42,8 @@ def evaluate(
     max_lora_rank: int = 8,
     server: dict | None = None,
 ) -> EvalReport:
-    """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`.
+    """Mean reward and pass^k of the model at `step` (0: the base model) on the first `scenarios` of `split`,
+    and per task category where the environment has them (the headline: write pass^1).
 
     `checkpoint_fingerprint` keys the cache on the weights, as in gather_trajectories.
     """
@@ -56,7 +60,10 @@ def evaluate(
             ref.base_model, inference_url, max_lora_rank=max(rank, max_lora_rank), options=server
         ),
     )
-    get_run_logger().info("step %d on %s: reward %.3f, pass^k %s", step, split, report.reward, report.pass_k)
+    h = report.headline  # write pass^1 where the environment has task categories, else the reward
+    get_run_logger().info(
+        "step %d on %s: %s %.3f, reward %.3f, pass^k %s", step, split, h.metric, h.value, report.reward, report.pass_k
+    )
     return report
 
 
@@ -74,7 +81,8 @@ def evaluate_prompted(
     trials: int = 1,
     success_threshold: float = 1.0,
 ) -> EvalReport:
-    """The same evaluation for a prompted model (a hosted one, or a base model on our server) as a baseline."""
+    """The same evaluation for a prompted model (a hosted one, or a base model on our server) as a baseline,
+    per task category too where the environment has them."""
     key = os.environ.get("ART_BASELINE_API_KEY") or os.environ.get("ART_INFERENCE_API_KEY")
     endpoint = Endpoint(base_url=base_url.rstrip("/"), api_key=key, base_name=model)
     report = evaluate_baseline(
@@ -89,5 +97,47 @@ def evaluate_prompted(
         success_threshold=success_threshold,
         run=run_sync,
     )
-    get_run_logger().info("prompted %s on %s: reward %.3f, pass^k %s", model, split, report.reward, report.pass_k)
+    h = report.headline
+    get_run_logger().info(
+        "prompted %s on %s: %s %.3f, reward %.3f, pass^k %s",
+        model,
+        split,
+        h.metric,
+        h.value,
+        report.reward,
+        report.pass_k,
+    )
+    return report
+
+
+@task(
+    name="evaluate_never_acts",
+    task_run_name="evaluate never-acts on {split}",
+    cache_policy=cached_on(),
+    persist_result=True,
+)
+def evaluate_never_acts(
+    storage_url: str,
+    project: str,
+    rollout: RolloutSpec,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+) -> EvalReport:
+    """The do-nothing baseline on the same scenarios: a policy in code that never calls a tool and always
+    declines, played through the environment (no server). It scores 0 on tasks that need a write."""
+    report = never_acts_baseline(
+        storage_url,
+        project,
+        rollout,
+        split=split,
+        scenarios=scenarios,
+        trials=trials,
+        success_threshold=success_threshold,
+        run=run_sync,
+    )
+    get_run_logger().info(
+        "never-acts on %s: %s %.3f, reward %.3f", split, report.headline.metric, report.headline.value, report.reward
+    )
     return report
