@@ -39,6 +39,7 @@ __all__ = [
     "sft_and_record",
     "sft_epoch",
     "sft_plan",
+    "store_expert_demonstrations",
     "train_sft_from_file",
 ]
 
@@ -266,6 +267,31 @@ def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
     start = steps[-1] if steps else 0
     store.storage.write_json(marker, {"start_step": start, "data": data, "spec": spec.model_dump()})
     return key, start
+
+
+def store_expert_demonstrations(
+    storage_url: str, project: str, environment: str, split: str = "train", seed: int = 0, limit: int | None = None
+) -> tuple[str, Any]:
+    """Build `environment`'s expert demonstrations (retail, airline: art_core.envs.customer_service.expert) and
+    write them as SFT JSONL under `{project}/demonstrations/` in storage; (their URI, the Demonstrations).
+
+    `seed` is the environment's (it picks the database and the tasks, so it must be the one GRPO trains on);
+    `limit`: only the first N scenarios of `split`. The same arguments write the same file.
+
+    >>> uri, demos = store_expert_demonstrations("./.art", "cs", "retail", limit=4)   # doctest: +SKIP
+    >>> uri   # './.art/cs/demonstrations/retail-train-seed0-first4.jsonl' (absolute)  # doctest: +SKIP
+    """
+    from art_core.envs.customer_service.expert import build_demonstrations
+    from art_core.storage import Storage
+
+    demos = build_demonstrations(environment, split, seed=seed, limit=limit)  # type: ignore[arg-type]
+    if not demos.rows:
+        raise ValueError(f"no expert demonstration of {environment} {split}: {demos.summary()}")
+    storage = Storage(storage_url)
+    name = f"{environment}-{split}-seed{seed}" + (f"-first{limit}" if limit is not None else "") + ".jsonl"
+    uri = storage.join(project, "demonstrations", name)
+    storage.write_text(uri, "".join(json.dumps(row) + "\n" for row in demos.rows))
+    return uri, demos
 
 
 def _read_text(path: str) -> str:

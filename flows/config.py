@@ -27,6 +27,7 @@ from art_core.envs import SHIPPED
 from art_core.inference.server import ServerOptions
 from art_core.rewards.config import JudgeConfig, default_judge_model
 from art_core.serving import on_this_machine
+from art_core.sft import SFTSpec
 from art_core.settings import get_settings
 from art_core.storage import validate_name
 from art_core.training.config import TrainConfig
@@ -166,6 +167,44 @@ class ScaleConfig(_Strict):
         return [_inference_url(u) for u in v]
 
 
+class SFTStageConfig(SFTSpec):
+    """Supervised fine-tuning before GRPO, in the same run: demonstrations -> SFT epochs -> GRPO steps.
+
+    Each epoch writes one checkpoint, numbered before GRPO's: `sft.epochs=2, steps=5` trains checkpoints 1-2 by
+    SFT and 3-5 by GRPO. A resumed run trains neither a finished epoch nor a finished step again.
+
+        RunConfig(..., environment={"name": "retail"}, steps=12, sft={"epochs": 2, "peak_lr": 2e-4})
+        RunConfig(..., sft={"demonstrations": "s3://bucket/data/demos.jsonl", "epochs": 1})
+    """
+
+    demonstrations: str = Field(
+        "expert",
+        description="'expert': the environment's coded expert plays its scenarios (retail, airline), built once and "
+        "cached in storage; otherwise a chat-format JSONL file (local path or s3://) to fine-tune on.",
+    )
+    demonstrations_split: Literal["train", "val", "test"] = Field(
+        "train", description="With 'expert': the split whose scenarios are demonstrated."
+    )
+    demonstrations_limit: int | None = Field(
+        None, ge=1, description="With 'expert': only the first N scenarios of the split; None: all of them."
+    )
+
+    @field_validator("demonstrations")
+    @classmethod
+    def _file_or_expert(cls, v: str) -> str:
+        v = v.strip()
+        if v == "expert" or "://" in v:
+            return v
+        path = os.path.abspath(os.path.expanduser(v))
+        if not os.path.isfile(path):
+            raise ValueError(f"demonstrations {v!r}: no such file ({path}); give 'expert', a JSONL path or s3:// URI")
+        return path
+
+    def spec(self) -> SFTSpec:
+        """How the demonstrations are trained (epochs, batches, schedule), without where they come from."""
+        return SFTSpec(**self.model_dump(include=set(SFTSpec.model_fields)))
+
+
 class RunConfig(_Strict):
     """Parameters of the train flow. Every field has a default in code except what names the run."""
 
@@ -173,7 +212,14 @@ class RunConfig(_Strict):
     model: str = Field(description="Name of the trained model; its steps are served as `model@step`.")
     base_model: str = Field(description="Path (or hub id) of the base model the LoRA adapter is trained on.")
     environment: EnvironmentConfig
-    steps: int = Field(3, ge=1, description="Train until this many steps exist (a re-run resumes, never retrains).")
+    sft: SFTStageConfig | None = Field(
+        None, description="Fine-tune on demonstrations before GRPO; its epochs count as steps. None: GRPO only."
+    )
+    steps: int = Field(
+        3,
+        ge=1,
+        description="Train until this many steps exist, SFT's epochs included (a re-run resumes, never retrains).",
+    )
     groups_per_step: int = Field(2, ge=1, description="Scenarios rolled out per step.")
     group_size: int = Field(4, ge=2, description="Rollouts per scenario; GRPO compares them with each other.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Learning rate and loss options.")
@@ -283,6 +329,24 @@ class RunConfig(_Strict):
                 f"max_steps_off_policy={self.max_steps_off_policy} samples from older checkpoints, and only the "
                 "sampler's logprobs let the importance ratio correct for that: set train.old_logprobs to 'sampler' "
                 "(or max_steps_off_policy to 0)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sft_fits_the_run(self) -> "RunConfig":
+        if self.sft is None:
+            return self
+        from art_core.envs.customer_service.expert import EXPERTS
+
+        if self.sft.demonstrations == "expert" and self.environment.name not in EXPERTS:
+            raise ValueError(
+                f"sft.demonstrations 'expert': environment {self.environment.name!r} has no expert (only "
+                f"{', '.join(EXPERTS)}); give a JSONL file of demonstrations instead"
+            )
+        if self.steps < self.sft.epochs:
+            raise ValueError(
+                f"steps={self.steps} counts SFT's {self.sft.epochs} epochs too: set steps to epochs + GRPO steps "
+                f"(e.g. {self.sft.epochs + 3})"
             )
         return self
 

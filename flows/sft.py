@@ -20,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.sft import SFTSpec, sft_plan
 from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
+from flows.config import RunConfig
 from flows.lifetime import guard_temporary_server, training_lease
-from tasks.sft import sft_step
+from tasks.results import result_storage_for, with_result_storage
+from tasks.sft import build_demonstrations, sft_step
 
 
 class SFTRunConfig(BaseModel):
@@ -81,3 +83,36 @@ def _sft(config: SFTRunConfig, ref: ModelRef, store: ModelStore, check_lease: Ca
             f"{summary.losses[result.step]:.4f}{'' if result.trained else ' (checkpoint existed)'}"
         )
     return summary
+
+
+def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] = lambda: None) -> SFTSummary:
+    """The train flow's first stage (config.sft): its demonstrations, then its epochs; resumes what is done.
+
+    Runs inside the train flow, under its lease; the checkpoints it writes are the ones GRPO continues from."""
+    assert config.sft is not None
+    stage, store = config.sft, ref.store()
+    data = stage.demonstrations
+    if data == "expert":  # cached on (environment, split, seed, limit): a rerun reads the file it wrote
+        build = with_result_storage(build_demonstrations, result_storage_for(config.storage_url))
+        args = (
+            config.storage_url,
+            config.project,
+            config.environment.name,
+            stage.demonstrations_split,
+            int(config.environment.options.get("seed", 0)),  # the environment's: it picks the database and tasks
+            stage.demonstrations_limit,
+        )
+        data = build(*args)
+        if not store.storage.exists(data):  # the cache outlived its file: build it again
+            data = build.with_options(refresh_cache=True)(*args)
+    run = SFTRunConfig(
+        storage_url=config.storage_url,
+        project=config.project,
+        model=config.model,
+        base_model=config.base_model,
+        data=data,
+        sft=stage.spec(),
+        train=config.train,
+        inference_url=config.inference_url,
+    )
+    return _sft(run, ref, store, check_lease)

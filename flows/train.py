@@ -1,5 +1,7 @@
-"""The train flow: gather -> score -> train (-> evaluate) for each step, every step a cached Prefect task
+"""The train flow: (sft ->) gather -> score -> train (-> evaluate) for each step, every step a cached Prefect task
 (score only with a RULER judge: without one the environment's rewards stand and there is nothing to run).
+With `config.sft` the run first fine-tunes on demonstrations (flows.sft.sft_stage: the environment's expert,
+built by a cached task, or a file), one checkpoint per epoch, and GRPO's steps continue after them.
 
     python -c "from flows.train import train; from flows.config import RunConfig; train(RunConfig(...))"
 
@@ -30,6 +32,7 @@ from flows.lifetime import guard_temporary_server, training_lease
 from flows.overrides import warn_if_config_replaced
 from flows.queue import device_slot
 from flows.reporting import publish_run_report
+from flows.sft import SFTSummary, sft_stage
 from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step, with_result_storage
 from tasks.specs import ScoreResult
 
@@ -53,6 +56,10 @@ class TrainSummary(BaseModel):
     step_done_at: dict[int, float] = {}
     # With scale.device_slot: seconds waited for the device, and when (epoch seconds) the run held it.
     device: dict[str, float] = {}
+    # How each checkpoint of this run was trained: "sft" (no rollouts: SFT's epochs) or "grpo".
+    phases: dict[int, str] = {}
+    # With config.sft: what the SFT stage did (its epochs' checkpoints, losses, which were trained now).
+    sft: SFTSummary | None = None
 
 
 def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSpec]:
@@ -113,7 +120,11 @@ def train(config: RunConfig) -> TrainSummary:
             check_train_deployment(config.scale.train_deployment, config.storage_url)
         with device_slot(config.scale.device_slot, get_run_logger()) as waited:
             held_from = time.time()
-            summary = _train(config, ref, rollout, eval_rollout, lease.check)
+            warmup = sft_stage(config, ref, lease.check) if config.sft else None  # demonstrations -> SFT epochs
+            # GRPO continues after SFT's last epoch (a model SFT started later than 0 may end past config.steps).
+            steps = max(config.steps, warmup.start_step + config.sft.epochs) if warmup else config.steps
+            summary = _train(config, ref, rollout, eval_rollout, lease.check, steps)  # gather -> score -> train
+            summary.sft = warmup
             if config.scale.device_slot:
                 summary.device = {"waited_s": waited, "held_from": held_from, "held_to": time.time()}
             return summary
@@ -125,6 +136,7 @@ def _train(
     rollout: RolloutSpec,
     eval_rollout: RolloutSpec,
     check_lease: Callable[[], None] = lambda: None,
+    steps: int | None = None,
 ) -> TrainSummary:
     results = result_storage_for(config.storage_url)
     gather = with_result_storage(gather_trajectories, results)
@@ -134,7 +146,7 @@ def _train(
     url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
     server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts
     replicas, k = replicas_of(config), config.max_steps_off_policy
-    n = config.steps
+    n = steps or config.steps  # checkpoints the run ends with, SFT's included
     summary = TrainSummary(
         storage_url=config.storage_url,
         model_path=store.root,
@@ -181,6 +193,7 @@ def _train(
         }
         summary.rewards[step + 1] = scored.summary["reward"]
         summary.checkpoints[trained.step] = trained.checkpoint_uri
+        summary.phases[trained.step] = "grpo"
         if trained.trained:
             summary.trained_steps.append(trained.step)
         age = trained.metrics.get("staleness")
@@ -234,6 +247,7 @@ def _train(
                 finish(training)
                 training = None
             summary.checkpoints[step + 1] = store.checkpoint(step + 1)
+            summary.phases[step + 1] = "sft"
             print(f"step {step + 1}/{n}: checkpoint {step + 1} was trained without rollouts (SFT): nothing to gather")
             evaluate_if_due(step + 1)
             continue

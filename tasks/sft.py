@@ -1,4 +1,8 @@
-"""Prefect task: one epoch of supervised fine-tuning (art_core.sft.sft_epoch), idempotent by its checkpoint.
+"""Prefect tasks of supervised fine-tuning: the expert demonstrations (cached), and one epoch (art_core.sft.sft_epoch),
+idempotent by its checkpoint.
+
+`build_demonstrations` plays an environment's expert and writes the JSONL to storage; it is cached on its inputs
+(environment, split, seed, limit, where) and returns the file's URI, never the conversations.
 
 Like train_step: if `checkpoints/{step+1:04d}` is complete the epoch is not trained again and the task
 ends `Cached`; otherwise the adapter of checkpoint `step` is fine-tuned on the epoch's examples and
@@ -14,11 +18,26 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 
 from art_core.serving import servers_sharing
-from art_core.sft import SFTSpec, sft_epoch
+from art_core.sft import SFTSpec, sft_epoch, store_expert_demonstrations
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from tasks.results import step_run_name
+from tasks.results import cached_on, step_run_name
 from tasks.specs import TrainStepResult
+
+
+@task(
+    name="build_demonstrations",
+    task_run_name="demonstrations {environment} {split}",
+    cache_policy=cached_on(),
+    persist_result=True,
+)
+def build_demonstrations(
+    storage_url: str, project: str, environment: str, split: str = "train", seed: int = 0, limit: int | None = None
+) -> str:
+    """The URI of `environment`'s expert demonstrations on `split` (the first `limit` scenarios), written to storage."""
+    uri, demos = store_expert_demonstrations(storage_url, project, environment, split, seed, limit)
+    get_run_logger().info("%s\nwritten to %s", demos.summary(), uri)
+    return uri
 
 
 @task(name="sft_step", task_run_name=step_run_name("sft"), cache_policy=NO_CACHE, persist_result=False)

@@ -1,0 +1,86 @@
+"""SFT then GRPO as one train-flow run (RunConfig.sft): the retail expert's demonstrations (a cached task), SFT
+epochs, GRPO steps numbered after them, an evaluation; failed during SFT, the re-run trains only the epochs not
+finished. Real Prefect test server, real vLLM, the tiny model (which learns nothing: the test is the mechanics)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from flows.config import RunConfig
+from tests.pipeline.test_train_flow import history, run_config, run_flow, task_states
+
+
+def sft_run(model_path: str, storage_url: str, inference_url: str, **update) -> RunConfig:
+    """2 SFT epochs on 3 retail demonstrations, then 1 GRPO step of one group of 2 short rollouts, then eval."""
+    cfg = dict(
+        name="cs",
+        environment={"name": "retail", "options": {"max_turns": 2}},
+        sft={"epochs": 2, "batch_size": 2, "peak_lr": 1e-2, "schedule_type": "constant", "demonstrations_limit": 3},
+        steps=3,
+        groups_per_step=1,
+        group_size=2,
+        sampling={"max_tokens": 16},
+        eval_every=3,
+        eval={"scenarios": 1, "trials": 1},
+    )
+    cfg.update(update)
+    return run_config(model_path, storage_url, inference_url, **cfg)
+
+
+@pytest.mark.vllm
+def test_sft_then_grpo_resumes_after_a_failure_in_sft(
+    prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
+):
+    import tasks.sft
+    from flows.train import train
+
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
+    cfg = sft_run(tiny_model_path, str(tmp_path / "runs"), vllm_endpoint.base_url)
+    real_epoch, trained = tasks.sft.sft_epoch, []
+
+    def epoch_counted(store, base_model, data, spec, epoch, step, *args, **kwargs):
+        result = real_epoch(store, base_model, data, spec, epoch, step, *args, **kwargs)
+        if result.trained:
+            trained.append(result.step)
+        return result
+
+    def crashing_in_epoch_2(store, base_model, data, spec, epoch, step, *args, **kwargs):
+        if epoch == 1:
+            raise RuntimeError("injected: the run dies during SFT epoch 2")
+        return epoch_counted(store, base_model, data, spec, epoch, step, *args, **kwargs)
+
+    monkeypatch.setattr(tasks.sft, "sft_epoch", crashing_in_epoch_2)
+    assert train(cfg, return_state=True).is_failed()
+    assert trained == [1]
+
+    monkeypatch.setattr(tasks.sft, "sft_epoch", epoch_counted)
+    summary, run_id = run_flow(cfg)
+    assert trained == [1, 2]  # epoch 1 was not trained again
+    assert summary.sft.start_step == 0 and summary.sft.trained_steps == [2]
+    assert summary.trained_steps == [3] and summary.phases == {1: "sft", 2: "sft", 3: "grpo"}
+    assert list(summary.rewards) == [3] and list(summary.evaluations) == [3]
+    states = task_states(run_id, expect={"demonstrations retail train", "sft step 1", "sft step 2", "train step 3"})
+    assert states["demonstrations retail train"] == "Cached"  # built by the failed run, read back from the cache
+    assert states["sft step 1"] == "Cached" and states["sft step 2"] == "Completed"
+    # GRPO rolled out only its own step, from SFT's last checkpoint; history names each step's phase.
+    rollouts = tmp_path / "runs" / "pipe" / "models" / "cs" / "trajectories" / "train"
+    assert sorted(p.name for p in rollouts.iterdir()) == ["0002.jsonl"]
+    records = history(cfg.storage_url, cfg)
+    assert [r["step"] for r in records if "sft/loss" in r] == [1, 2]
+    assert [r["step"] for r in records if "train/loss" in r] == [3]
+
+
+def test_the_form_refuses_an_sft_section_that_cannot_run(tiny_model_path, tmp_path):
+    base = dict(model_path=tiny_model_path, storage_url=str(tmp_path), inference_url="http://127.0.0.1:1/v1")
+    with pytest.raises(ValidationError, match="has no expert"):
+        sft_run(**base, environment={"name": "tic-tac-toe"})
+    with pytest.raises(ValidationError, match="counts SFT's 2 epochs"):
+        sft_run(**base, steps=1)
+    with pytest.raises(ValidationError, match="no such file"):
+        sft_run(**base, sft={"demonstrations": str(tmp_path / "missing.jsonl")})
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("")
+    cfg = sft_run(**base, sft={"demonstrations": str(demos), "epochs": 1, "peak_lr": 1e-3})
+    assert cfg.sft.spec().peak_lr == 1e-3 and cfg.sft.demonstrations == str(demos)
+    assert sft_run(**base, sft=None).sft is None  # GRPO only, as before
