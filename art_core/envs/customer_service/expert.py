@@ -102,11 +102,24 @@ def _enums(tools: list[dict[str, Any]]) -> set[str]:
     return out
 
 
-def unrevealed_values(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[str]:
+_MONTHS = "january february march april may june july august september october november december".split()
+
+
+def spoken_date(value: str) -> str | None:
+    """How a customer says an ISO date: '2024-05-20' -> 'may 20'; None for anything else."""
+    m = re.fullmatch(r"\d{4}-(\d\d)-(\d\d)", value)
+    return f"{_MONTHS[int(m.group(1)) - 1]} {int(m.group(2))}" if m and 1 <= int(m.group(1)) <= 12 else None
+
+
+def unrevealed_values(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, free_text: tuple[str, ...] = ()
+) -> list[str]:
     """What the assistant used before the conversation showed it; [] for an honest conversation.
 
     - each string argument of a tool call must appear in an earlier customer message or tool result (or be a value
-      the tool's schema enumerates);
+      the tool's schema enumerates; an ISO date also counts as shown when its month and day were, "May 20": the
+      year is the policy's); arguments named in `free_text` (a transfer's summary) are the agent's own words,
+      checked like its messages;
     - each number argument must appear in an earlier message of any role: amounts the agent computes (a total, a
       bag count) are shown to the customer, with their sums, in the proposal they say yes to;
     - each id or date the assistant writes to the customer must appear in an earlier customer message or tool result.
@@ -124,13 +137,17 @@ def unrevealed_values(messages: list[dict[str, Any]], tools: list[dict[str, Any]
         if m["role"] == "assistant":
             for tc in m.get("tool_calls") or []:
                 arguments = json.loads(tc["function"]["arguments"])
+                for key in free_text:
+                    for token in _ID.findall(str(arguments.pop(key, "") or "")):
+                        if _id_like(token) and token.lower() not in shown:
+                            problems.append(f"message {i} writes {token!r} in {key}, never shown before")
                 for v in _leaves(arguments):
                     if isinstance(v, bool) or v is None or v == "":
                         continue
                     if isinstance(v, (int, float)):
                         if not any(s in everything for s in {str(v), f"{v:g}", f"{v:.2f}"}):
                             problems.append(f"message {i} calls {tc['function']['name']} with {v}, never shown before")
-                    elif str(v).lower() not in shown and str(v).lower() not in enums:
+                    elif str(v).lower() not in shown and str(v).lower() not in enums and not _spoken(v, shown):
                         problems.append(f"message {i} calls {tc['function']['name']} with {v!r}, never shown before")
             for token in _ID.findall(content):
                 if _id_like(token) and token.lower() not in shown:
@@ -139,6 +156,11 @@ def unrevealed_values(messages: list[dict[str, Any]], tools: list[dict[str, Any]
             shown += "\n" + content.lower()
         everything += "\n" + content.lower()
     return problems
+
+
+def _spoken(value: Any, shown: str) -> bool:
+    said = spoken_date(str(value))
+    return said is not None and said in shown
 
 
 # ---- building and replaying ----
@@ -174,8 +196,9 @@ class Demonstrations:
         return "\n".join(lines)
 
 
-def demonstration_row(trajectory: Trajectory, scenario: Scenario) -> dict[str, Any]:
-    """One SFT row from a scored expert episode: the conversation without the customer's closing message."""
+def demonstration_row(trajectory: Trajectory, scenario: Scenario, category: str | None = None) -> dict[str, Any]:
+    """One SFT row from a scored expert episode: the conversation without the customer's closing message.
+    `category`: the environment's `scenario_category` (default: the generated domains' categories)."""
     messages = trajectory.messages()
     while messages and messages[-1]["role"] != "assistant":
         messages = messages[:-1]
@@ -183,7 +206,7 @@ def demonstration_row(trajectory: Trajectory, scenario: Scenario) -> dict[str, A
         "messages": messages,
         "tools": trajectory.tools,
         "task_id": scenario.id,
-        "category": scenario_category(scenario),
+        "category": category or scenario_category(scenario),
     }
 
 
