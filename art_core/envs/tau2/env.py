@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.users import LLMUserSettings
+from art_core.envs.tau2.customer import ScriptedTau2User
 from art_core.envs.tau2.data import Tau2Data, find_folder, fresh_copy, load_tau2_data
 from art_core.envs.tau2.reward import GoldReplay, gold_replay, score
 from art_core.envs.tau2.user import GREETING, STOP_SIGNALS, Tau2User, default_user_settings
@@ -71,7 +72,8 @@ class Tau2Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     data_dir: str | None = None  # a folder in tau2's layout (data/tau2/domains/<domain>/); None: the installed package
-    user: LLMUserSettings = Field(default_factory=default_user_settings)  # the customer's model (litellm)
+    # the customer's model (litellm), or "scripted": rules reading the scenario (`customer`; not tau2's protocol)
+    user: Literal["scripted"] | LLMUserSettings = Field(default_factory=default_user_settings)
     judge: JudgeConfig | None = None  # NL-assertion judge; None: ART_JUDGE_MODEL at scoring time
     max_steps: int = Field(200, ge=2)  # messages before the run is cut off (scored 0)
     max_errors: int = Field(10, ge=1)  # failed tool calls before the run is cut off (scored 0)
@@ -169,7 +171,7 @@ class Tau2Env(Environment):
             extra_body.pop("return_tokens_as_token_ids", None)
             sampling["logprobs"] = False
         db = fresh_copy(self.data.db)
-        user = Tau2User(task, o.user)
+        user = ScriptedTau2User(task, self.toolset.write_tools) if o.user == "scripted" else Tau2User(task, o.user)
         traj = Trajectory(
             messages_and_choices=[
                 {"role": "system", "content": self.system_prompt},

@@ -67,6 +67,7 @@ def reference_markdown(
     from art_core.envs.tau2.env import Tau2Protocol
 
     p = Tau2Protocol()
+    scripted = options.get("user") == "scripted"
     user = (options.get("user") or {}).get("model") if isinstance(options.get("user"), dict) else None
     judge = (options.get("judge") or {}).get("model") if isinstance(options.get("judge"), dict) else None
     tasks = "all" if options.get("eval_tasks") == "base" and split in ("test", "val") else split
@@ -87,6 +88,10 @@ def reference_markdown(
         departures.append(f"{trials} trials (the leaderboard: {p.trials})")
     if options.get("force_tool_calls"):
         departures.append("forced tool calls (a test setting)")
+    if scripted:
+        from art_core.envs.tau2.customer import DEVIATION
+
+        departures.append(DEVIATION)
     if user is not None and user != p.user_model:
         departures.append(f"user model {user} (v0.1.3 rows: {p.user_model})")
     if domain == "retail" and judge is not None and judge != p.judge_model:
