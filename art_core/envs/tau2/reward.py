@@ -5,7 +5,7 @@
   the lookups with a wrong email that the gold lists hold on purpose).
 - COMMUNICATE: each `communicate_info` string, lowercased, is in some assistant text with its commas removed.
 - NL_ASSERTION: an LLM judge (any litellm model, temperature 0 by default) decides per assertion whether the
-  conversation meets it. The call is RULER's (`art_core.rewards.judge.ask_judge`): a strict JSON schema with
+  conversation meets it (asked only when the other components pass: the reward is their product). The call is RULER's (`art_core.rewards.judge.ask_judge`): a strict JSON schema with
   one entry per assertion, checked, retried, cached under the storage root, costed. A failed judge call raises
   `JudgeError`; it never becomes a score.
 
@@ -147,8 +147,14 @@ async def score(
         metrics["reward"] = 0.0
         details["note"] = "cut off before the customer ended the conversation: reward 0"
         return metrics, details
-    metrics["r_nl_assertion"] = 1.0
     assertions = criteria.get("nl_assertions") or []
+    others = {"DB": r_db, "COMMUNICATE": r_comm}
+    if "NL_ASSERTION" in basis and assertions and any(others.get(b) == 0.0 for b in basis):
+        # the reward is a product and already 0: no judge is paid for it (as for a cut-off run)
+        metrics["reward"] = 0.0
+        details["note"] = "the database or the communicated facts already fail: reward 0, the judge not asked"
+        return metrics, details
+    metrics["r_nl_assertion"] = 1.0
     if "NL_ASSERTION" in basis and assertions:
         verdicts, usage = await judge_assertions(assertions, messages, judge)
         metrics["r_nl_assertion"] = float(all(v["met"] for v in verdicts))
