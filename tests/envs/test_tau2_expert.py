@@ -1,0 +1,109 @@
+"""tau2 expert demonstrations: derived from the gold actions, played through the real tau2 environment with the
+scripted customer, using only values the conversation revealed, and replaying to reward 1.0.
+
+The suite plays a fixed sample (the first tasks of each train split, about 20 s); the full count is what
+`python -m art_core.envs.tau2.expert --domain retail|airline --out ...` prints (retail 45 of 74 kept,
+29 of the others need tau2's LLM judge; airline 28 of 30). Skipped where tau2's data is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from art_core.envs.customer_service.expert import replay_demonstration, unrevealed_values
+from art_core.envs.customer_service.policies import PolicyClient, never_acts
+
+expert = pytest.importorskip("art_core.envs.tau2.expert")
+SAMPLE = {"retail": 16, "airline": 12}
+
+
+@pytest.fixture(scope="module")
+def envs():
+    from art_core.envs.tau2.data import Tau2DataMissing
+
+    try:
+        return {d: expert.load_tau2_env(d) for d in SAMPLE}
+    except Tau2DataMissing:
+        pytest.skip("tau2 data not installed")
+
+
+@pytest.fixture(scope="module")
+def demos(envs, monkeypatch_module):
+    monkeypatch_module.delenv("ART_JUDGE_MODEL", raising=False)
+    return {d: expert.build_tau2_demonstrations(d, limit=n) for d, n in SAMPLE.items()}
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.mark.parametrize("domain", list(SAMPLE))
+def test_every_kept_demonstration_replays_to_one(envs, demos, domain):
+    env, d = envs[domain], demos[domain]
+    assert len(d.rows) + len(d.skipped) == SAMPLE[domain]
+    assert len(d.rows) >= SAMPLE[domain] // 2, d.summary()
+    by_id = {s.id: s for s in env.scenarios("train")}
+    for row in d.rows:
+        trajectory = replay_demonstration(env, by_id[row["task_id"]], row["messages"])
+        assert trajectory.reward == 1.0, row["task_id"]
+        assert trajectory.metadata["stop_reason"] == "user_stop"
+        assert unrevealed_values(row["messages"], row["tools"], free_text=expert.FREE_TEXT) == []
+        assert row["tools"] == env.tools() and row["messages"][-1]["role"] == "assistant"
+    assert {r["category"] for r in d.rows} >= {"write", "refuse"}
+
+
+def test_skips_are_counted_with_reasons(demos):
+    retail = demos["retail"]
+    assert all(reason for reason in retail.skipped.values())
+    judged = [i for i, r in retail.skipped.items() if r.startswith("needs tau2's NL-assertion judge")]
+    assert judged == ["2", "3", "4", "16", "19"]  # their reward asks an LLM judge: none here
+
+
+def test_the_expert_proposes_each_write_and_waits_for_yes(demos):
+    row = next(r for r in demos["retail"].rows if r["task_id"] == "0")
+    roles = [(m["role"], (m.get("tool_calls") or [{}])[0].get("function", {}).get("name")) for m in row["messages"]]
+    write = roles.index(("assistant", "exchange_delivered_order_items"))
+    assert "Shall I proceed?" in row["messages"][write - 2]["content"]
+    assert row["messages"][write - 1] == {"role": "user", "content": "Yes, please go ahead."}
+    identify = roles.index(("assistant", "find_user_id_by_name_zip"))
+    assert identify < write  # identified first, as the policy says
+
+
+def test_a_planted_unrevealed_id_is_caught(demos):
+    row = json.loads(json.dumps(demos["airline"].rows[0]))
+    call = next(m for m in row["messages"] if m.get("tool_calls"))
+    call["tool_calls"][0]["function"]["arguments"] = json.dumps({"user_id": "someone_else_1234"})
+    assert unrevealed_values(row["messages"], row["tools"]) != []
+
+
+@pytest.mark.parametrize("domain", list(SAMPLE))
+def test_never_acts_scores_zero_on_write_tasks(envs, domain):
+    from art_core.evaluate import evaluate_policy
+
+    env = envs[domain]
+    report, _ = asyncio.run(evaluate_policy(env, never_acts, split="train", scenarios=SAMPLE[domain], trials=1))
+    assert report.by_category["write"].reward == 0.0 and report.headline.value == 0.0
+    assert report.by_category["write"].scenarios >= 3
+
+
+def test_evaluate_tau2_reports_pass_k_per_category_beside_never_acts_and_published_figures(envs, monkeypatch):
+    from art_core.envs.tau2.evaluation import evaluate_tau2
+    from art_core.serving import Endpoint
+
+    class Served(PolicyClient):  # a "served model" that never acts, so the run needs no server
+        async def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(Endpoint, "client", lambda self, **_: Served(never_acts))
+    endpoint = Endpoint(base_url="http://unused/v1", base_name="never")
+    text, report, floor = asyncio.run(
+        evaluate_tau2("airline", endpoint, "never", scenarios=6, trials=2, skip_judged=True)
+    )
+    assert report.pass_k.keys() == {1, 2} and report.reward == floor.reward
+    for expected in ("| never, write |", "| never-acts, write |", "| GPT-4.1 | 56.0 |", "scripted customer"):
+        assert expected in text
