@@ -250,7 +250,7 @@ def keep_serving(server: "VLLMServer", max_lora_rank: int) -> "VLLMServer":
     """`server`, restarted wider when adapters of `max_lora_rank` exceed its --max-lora-rank, or restarted
     when it died (same port and key both ways; callers reload adapters, `server.restarts` changed)."""
     needed = server_lora_rank(max_lora_rank)
-    if server.config.enable_lora and server.config.max_lora_rank < needed:
+    if server.config.enable_lora and not server.weight_swap and server.config.max_lora_rank < needed:
         log.warning(
             "restarting the vLLM server at %s with max_lora_rank %d (was %d) for LoRA rank %d",
             server.base_url,

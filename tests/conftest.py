@@ -109,7 +109,10 @@ def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory):
     from art_core.inference.server import ServerConfig, VLLMServer
 
     log_path = str(tmp_path_factory.mktemp("vllm") / "server.log")
-    server = VLLMServer(ServerConfig(model=tiny_model_path, served_model_name="tiny", log_path=log_path))
+    # LoRA serving (weight_swap=False): the session's tests check adapters side by side and LoRA's own
+    # refusals; servers that flows and backends start themselves take the default (weight swap on CPU).
+    config = ServerConfig(model=tiny_model_path, served_model_name="tiny", log_path=log_path, weight_swap=False)
+    server = VLLMServer(config)
     server.start()
     yield server
     server.stop()

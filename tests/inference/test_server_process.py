@@ -34,7 +34,8 @@ def test_binds_loopback_with_a_key_unless_asked_otherwise():
 
 
 def test_command_has_lora_tools_and_token_ids():
-    server = VLLMServer(ServerConfig(model="/m", served_model_name="tiny", max_lora_rank=16, max_loras=6))
+    config = ServerConfig(model="/m", served_model_name="tiny", max_lora_rank=16, max_loras=6, weight_swap=False)
+    server = VLLMServer(config)
     argv = " ".join(server.command())
     assert "-m vllm.entrypoints.openai.api_server" in argv
     assert "--enable-lora --max-lora-rank 16 --max-loras 6" in argv
@@ -328,3 +329,12 @@ async def test_our_client_sends_again_once_when_a_reused_connection_is_dropped_u
             with pytest.raises(openai.APIConnectionError):
                 await ours.models.list()
         assert len(attempts) == 2  # sent again once, not forever
+
+
+def test_weight_swap_serves_without_lora():
+    swap = VLLMServer(ServerConfig(model="/m", served_model_name="tiny", weight_swap=True))
+    argv = " ".join(swap.command())
+    assert "--enable-lora" not in argv
+    assert "--worker-extension-cls art_core.inference.weight_swap.SwapWeights" in argv
+    assert swap.environment()["ART_WEIGHT_SWAP"] == "1"
+    assert "ART_WEIGHT_SWAP" not in VLLMServer(ServerConfig(model="/m", weight_swap=False)).environment()
