@@ -31,6 +31,12 @@ class TrainResult(BaseModel):
     checkpoint_path: str | None = None
     trained: bool = Field(True, description="False when the checkpoint already existed and nothing was trained.")
 
+    def __init__(self, **data: Any) -> None:
+        from art_core.trajectories import refuse_unknown  # a misspelt field is a TypeError, not dropped
+
+        refuse_unknown(type(self), data)
+        super().__init__(**data)
+
 
 class Backend(abc.ABC):
     """Serves models behind an OpenAI-compatible endpoint and trains them one step at a time."""

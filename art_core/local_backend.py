@@ -76,6 +76,12 @@ class LocalBackend(Backend):
                 "LocalBackend(in_process=...) is ART's notebook switch; this backend always trains in this "
                 "process and serves from its own vLLM server, so it changes nothing here"
             )
+        if storage_options and "://" not in str(path):  # fsspec's local filesystem would take them without a word
+            raise TypeError(
+                f"LocalBackend() got unexpected keyword argument(s) {sorted(storage_options)}; it accepts path, "
+                "server_config, server, keep_steps, cache_dir, read_only, in_process, and fsspec options (key, "
+                "secret, endpoint_url, ...) only for an s3:// or other remote path"
+            )
         self.storage = Storage(path, **storage_options)
         if isinstance(server_config, ServerConfig):
             server_config = server_config.model_dump(exclude={"model"}, exclude_unset=True)
@@ -141,6 +147,12 @@ class LocalBackend(Backend):
             )
         key = (model.project, model.name)
         async with self._lock:
+            other_run = self._models.get(key)
+            if other_run is not None and other_run is not model and other_run.storage_name != model.storage_name:
+                raise ValueError(
+                    f"{model.project}/{model.name} is already served here for run {other_run.storage_name!r}; "
+                    "the name is what the server serves, so two runs of one name need two backends (or names)"
+                )
             for (project, name), other in self._models.items():
                 if (
                     name == model.name
@@ -355,7 +367,7 @@ class LocalBackend(Backend):
 
         self._check_writer(model)
         deleted = await asyncio.to_thread(
-            prune_checkpoints, self.storage, model.project, model.name, best_metric=best_checkpoint_metric
+            prune_checkpoints, self.storage, model.project, model.storage_name, best_metric=best_checkpoint_metric
         )
         server = self.server_for(model)
         manager = self._adapter_manager(server)
@@ -390,7 +402,7 @@ class LocalBackend(Backend):
         if not bucket:
             raise ValueError("no S3 bucket: pass s3_bucket=... or set BACKUP_BUCKET (ART's variable)")
         parts = [bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])]
-        return "s3://" + "/".join(parts + [model.project, "models", model.name])
+        return "s3://" + "/".join(parts + [model.project, "models", model.storage_name])
 
     async def _experimental_push_to_s3(
         self,

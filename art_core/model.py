@@ -48,7 +48,11 @@ class Model(BaseModel, Generic[ConfigT]):
     inference_base_url: str | None = None
     inference_api_key: str | None = Field(default=None, exclude=True, repr=False)  # a secret: never stored
     inference_model_name: str | None = None
-    run_name: str | None = Field(None, description="A label for this run in logs (ART: trainer_args.run_name).")
+    run_name: str | None = Field(
+        None,
+        description="TrainableModel (ART 0.5.20): the run's identity, its storage folder and W&B run; `name` stays "
+        "the served name. Unset: the name. Model: a label in W&B only.",
+    )
     report_metrics: list[str] | None = Field(
         None,
         description="Where model.log also reports: ['wandb'], or [] for nowhere; None (ART's default): W&B "
@@ -56,6 +60,11 @@ class Model(BaseModel, Generic[ConfigT]):
     )
 
     _backend: "Backend | None" = PrivateAttr(default=None)
+    _run_label: str | None = PrivateAttr(default=None)  # ART 0.3's trainer_args.run_name: W&B's display name
+
+    def __init__(self, **data: Any) -> None:
+        _check_keywords(type(self), data)
+        super().__init__(**data)
 
     @field_validator("name")
     @classmethod
@@ -145,7 +154,8 @@ class Model(BaseModel, Generic[ConfigT]):
         values = {(k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in values.items()}
         record = await asyncio.to_thread(store.record, step, values, prefix)
         if to_wandb:
-            await asyncio.to_thread(log_record, self.project, self.storage_name, step, record, self.run_name)
+            label = self._run_label or self.run_name
+            await asyncio.to_thread(log_record, self.project, self.storage_name, step, record, label)
         return record
 
     def store(self) -> "ModelStore":
@@ -160,6 +170,32 @@ class Model(BaseModel, Generic[ConfigT]):
         from art_core.store import ModelStore
 
         return ModelStore.in_default_root(self.project, self.storage_name)
+
+
+# ART's Model/TrainableModel fields that have no counterpart here: accepted, and a warning says why.
+ART_UNUSED_FIELDS = {
+    "entity": "the W&B entity comes from WANDB_ENTITY or your W&B login here",
+    "id": "a model is identified by project and name (and run_name) here",
+    "run_id": "a model is identified by project and name (and run_name) here",
+    "base_path": "records go to the backend's storage (LocalBackend(path=...)), or ART_STORAGE_ROOT before register",
+}
+
+
+def _check_keywords(cls: type, data: dict[str, Any]) -> None:
+    """Refuse a keyword the model has no field of (TypeError naming it and what is accepted); ART's fields that
+    mean nothing here are dropped with a warning saying why (ART_UNUSED_FIELDS)."""
+    import warnings
+
+    for name in [k for k in data if k in ART_UNUSED_FIELDS and k not in cls.model_fields]:
+        data.pop(name)
+        warnings.warn(f"{cls.__name__}({name}=...) has no effect: {ART_UNUSED_FIELDS[name]}", stacklevel=4)
+    known = set(cls.model_fields) | ({"lora_config", "_internal_config"} if issubclass(cls, TrainableModel) else set())
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        raise TypeError(
+            f"{cls.__name__}() got unexpected keyword argument(s) {unknown}; it accepts {sorted(known)} "
+            f"(and ART's {sorted(ART_UNUSED_FIELDS)}, which have no effect here)"
+        )
 
 
 def summarize(groups: "list[TrajectoryGroup]") -> dict[str, float]:
@@ -212,12 +248,27 @@ class TrainableModel(Model[ConfigT]):
     def __init__(self, **data: Any) -> None:
         from art_core.lora import merge_lora_config  # ART's lora_config= travels as the peft/init args it sets
 
+        _check_keywords(type(self), data)  # before lora_config is taken apart, so its errors come first
         internal = merge_lora_config(data.pop("lora_config", None), data.pop("_internal_config", None))
         super().__init__(**data)
         self._internal_config = dict(internal) if internal else None
-        run_name = ((internal or {}).get("trainer_args") or {}).get("run_name")
-        if run_name and self.run_name is None:
-            self.run_name = run_name
+        # ART 0.3's trainer_args.run_name labelled the trainer's run; only ART 0.5.20's run_name= moves storage.
+        self._run_label = ((internal or {}).get("trainer_args") or {}).get("run_name") or None
+
+    @field_validator("run_name")
+    @classmethod
+    def _check_run_name(cls, v: str | None) -> str | None:  # names the run's folder and W&B run
+        return None if v is None else validate_name(v, "run_name")
+
+    @property
+    def storage_name(self) -> str:
+        """The run's folder under `{project}/models/` and its W&B run id: `run_name` when given (ART 0.5.20:
+        checkpoints, history and trajectories belong to the run, `name` stays the served name), else the name.
+
+            >>> TrainableModel(name="agent", project="p", base_model="/m", run_name="lr-1e-5").storage_name
+            'lr-1e-5'
+        """
+        return self.run_name or self.name
 
     @field_validator("name")
     @classmethod

@@ -17,6 +17,7 @@ line it cannot read (`DamagedRollouts`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -24,7 +25,7 @@ import math
 import re
 import time
 import traceback
-from typing import Any, AsyncIterator, Iterable, Union
+from typing import Any, AsyncIterator, Iterable, Iterator, Union
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -64,6 +65,10 @@ class History(BaseModel):
     messages_and_choices: MessagesAndChoices = Field(default_factory=list)
     tools: Tools | None = None
 
+    def __init__(self, **data: Any) -> None:
+        refuse_unknown(type(self), data)
+        super().__init__(**data)
+
     @field_validator("messages_and_choices", mode="before")
     @classmethod
     def _parse_items(cls, value: Iterable[Any]) -> MessagesAndChoices:
@@ -72,6 +77,48 @@ class History(BaseModel):
     def messages(self) -> Messages:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
         return [choice_to_message(m) if isinstance(m, Choice) else m for m in self.messages_and_choices]
+
+
+# Set while stored rollouts are read back (`read_jsonl`, `reading_stored()`): a field another version wrote is
+# dropped there, where a caller's unknown keyword is refused.
+_READING_STORED: contextvars.ContextVar[bool] = contextvars.ContextVar("art_core_reading_stored", default=False)
+
+
+@contextlib.contextmanager
+def reading_stored() -> Iterator[None]:
+    """Validate stored trajectories leniently inside the block: fields this version lacks are dropped.
+
+    >>> with reading_stored():
+    ...     TrajectoryGroup.model_validate({"trajectories": [{"reward": 1.0, "written_by": "v0.1"}]}).rewards()
+    [1.0]
+    """
+    token = _READING_STORED.set(True)
+    try:
+        yield
+    finally:
+        _READING_STORED.reset(token)
+
+
+def refuse_unknown(cls: type[BaseModel], data: dict[str, Any], also: Iterable[str] = ()) -> None:
+    """TypeError for a keyword `cls` has no field of (pydantic would drop it without a word), naming it and what
+    is accepted. Reading stored files (`reading_stored()`) drops such fields instead: other versions wrote them."""
+    known = set(cls.model_fields) | set(also)
+    unknown = sorted(k for k in data if k not in known)
+    if unknown and _READING_STORED.get():
+        for k in unknown:
+            data.pop(k)
+    elif unknown:
+        raise TypeError(f"{cls.__name__}() got unexpected keyword argument(s) {unknown}; it accepts {sorted(known)}")
+
+
+def _near_field(name: str, fields: Iterable[str]) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+_warned_attributes: set[tuple[str, str]] = set()
 
 
 class Trajectory(BaseModel):
@@ -88,6 +135,32 @@ class Trajectory(BaseModel):
     metadata: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
     start_time: float = Field(default_factory=time.time, exclude=True)
+
+    def __init__(self, **data: Any) -> None:
+        """A keyword that is no field (ART's MCP-RL notebook passes `scenario=`) stays on this object as an
+        attribute (`t.scenario`), is neither stored, logged nor sent to the judge, and is named once in a warning;
+        put what should be kept in `metadata`. A near miss of a field's name (`rewrad=`) is a TypeError."""
+        extras = {k: data.pop(k) for k in [k for k in data if k not in type(self).model_fields]}
+        if _READING_STORED.get():
+            extras = {}  # a stored line's field of another version: dropped
+        for name in extras:
+            near = _near_field(name, type(self).model_fields)
+            if near:
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument {name!r}: did you mean {near!r}?"
+                )
+        super().__init__(**data)
+        for name, value in extras.items():
+            self.__dict__[name] = value  # an attribute only: pydantic serializes declared fields alone
+            if (type(self).__name__, name) not in _warned_attributes:
+                _warned_attributes.add((type(self).__name__, name))
+                log.warning(
+                    "%s(%s=...) is no field: kept as the attribute .%s of this object only (not stored, logged or "
+                    "judged); put values to keep in metadata",
+                    type(self).__name__,
+                    name,
+                    name,
+                )
 
     @field_validator("messages_and_choices", mode="before")
     @classmethod
@@ -201,6 +274,10 @@ class RolloutError(BaseModel):
     message: str
     traceback: str
 
+    def __init__(self, **data: Any) -> None:
+        refuse_unknown(type(self), data)
+        super().__init__(**data)
+
     @classmethod
     def from_exception(cls, exc: BaseException) -> "RolloutError":
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -221,6 +298,7 @@ class TrajectoryGroup(BaseModel):
     exceptions: list[RolloutError] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, float] = Field(default_factory=dict)
+    logs: list[str] = Field(default_factory=list)  # ART 2026's group log lines
 
     def __new__(cls, trajectories: Iterable[Any] | None = None, **data: Any):
         # ART's idiom `TrajectoryGroup(rollout(...) for _ in range(n))` builds a group still to be run:
@@ -241,6 +319,7 @@ class TrajectoryGroup(BaseModel):
     def __init__(self, trajectories: Iterable[Trajectory | BaseException] | None = None, **data: Any) -> None:
         if getattr(self, "__pydantic_fields_set__", None) is not None:
             return  # already built by __new__ from a one-shot iterator
+        refuse_unknown(type(self), data)
         if trajectories is not None:
             data["trajectories"] = list(trajectories)
         # ART accepts exceptions mixed into the trajectories (and as exceptions=[...]): keep them as errors.
@@ -258,6 +337,9 @@ class TrajectoryGroup(BaseModel):
 
     def __len__(self) -> int:
         return len(self.trajectories)
+
+    def log(self, line: str) -> None:
+        self.logs.append(line)
 
     def __iter__(self):  # type: ignore[override]
         return iter(self.trajectories)
@@ -373,7 +455,8 @@ def read_jsonl(f, path: str | None = None) -> list[TrajectoryGroup]:
         if not line.strip():
             continue
         try:
-            groups.append(TrajectoryGroup.model_validate(json.loads(line)))
+            with reading_stored():
+                groups.append(TrajectoryGroup.model_validate(json.loads(line)))
         except ValueError as e:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
             raise DamagedRollouts(_first_line(e), line=number, path=path) from e
     return groups

@@ -124,3 +124,36 @@ def test_local_backend_accepts_arts_in_process_switch_and_says_it_changes_nothin
         backend = LocalBackend(path=str(tmp_path), in_process=True)
     assert backend.storage.root == str(tmp_path)
     assert "in_process" in caplog.text
+
+
+async def test_run_name_is_the_runs_identity_in_storage_and_the_name_stays_the_served_one(tmp_path):
+    """ART 0.5.20: TrainableModel(run_name=...) owns the run's records (checkpoints, history, trajectories, W&B run);
+    `name` is what is served. Without it, today's layout: the name's folder."""
+    from art_core import Trajectory
+    from art_core.storage import Storage
+    from art_core.store import ModelStore
+
+    backend = RecordingBackend()
+    backend.storage = Storage(str(tmp_path))
+    backend.model_store = lambda m: ModelStore(backend.storage, m.project, m.storage_name)
+    runs = [TrainableModel(name="agent", project="retail", base_model="/m", run_name=r) for r in ("lr-a", "lr-b")]
+    plain = TrainableModel(name="agent", project="retail", base_model="/m")
+    for i, model in enumerate([*runs, plain]):
+        await model.register(backend)
+        await model.log([Trajectory(reward=float(i))], split="val", step=1)
+        assert model.get_inference_name(step=1) == "agent@1"  # served under the name, whatever the run
+    for folder, reward in [("lr-a", 0.0), ("lr-b", 1.0), ("agent", 2.0)]:
+        (record,) = ModelStore(backend.storage, "retail", folder).read_history()
+        assert record["val/reward"] == reward
+    with pytest.raises(ValueError, match="run_name"):
+        TrainableModel(name="agent", project="retail", base_model="/m", run_name="../escape")
+
+
+def test_unknown_keywords_are_refused_and_arts_unused_fields_are_named(recwarn):
+    with pytest.raises(TypeError, match=r"\['base_modle'\].*accepts.*'base_model'"):
+        TrainableModel(name="agent", project="retail", base_modle="/m")
+    with pytest.raises(TypeError, match="'nmae'"):
+        Model(nmae="gpt", project="retail")
+    model = TrainableModel(name="agent", project="retail", base_model="/m", entity="team", base_path=".art")
+    assert model.storage_name == "agent"
+    assert {str(w.message).split("(")[1].split("=")[0] for w in recwarn} == {"entity", "base_path"}

@@ -79,7 +79,7 @@ async def test_log_sends_each_record_to_the_models_run_at_its_training_step(offl
 
     (run_dir,) = glob.glob(str(wb / "wandb" / "offline-run-*"))
     run, rows = _history(run_dir)
-    assert run == {"id": "agent-1", "project": "retail", "name": "first-try"}
+    assert run == {"id": "first-try", "project": "retail", "name": "first-try"}  # ART 0.5.20: the run is run_name's
     assert rows == [{**train, "training_step": 4}, {**val, "training_step": 2}]
     assert rows[0]["train/reward"] == 0.5 and rows[0]["train/loss"] == 0.25
 
@@ -90,7 +90,7 @@ async def test_log_sends_each_record_to_the_models_run_at_its_training_step(offl
     wandb_metrics.finish_runs()
     (again,) = glob.glob(str(wb.parent / "wb2" / "wandb" / "offline-run-*"))
     run, rows = _history(again)
-    assert run["id"] == "agent-1" and rows == [{**later, "training_step": 5}]
+    assert run["id"] == "first-try" and rows == [{**later, "training_step": 5}]
 
 
 async def test_no_wandb_unless_configured_and_a_missing_key_is_named(offline, monkeypatch):

@@ -105,3 +105,48 @@ def test_exceptions_given_with_the_trajectories_are_kept_as_errors():
     g = TrajectoryGroup([Trajectory(reward=1.0), RuntimeError("rollout broke")], exceptions=[KeyError("k")])
     assert g.rewards() == [1.0]
     assert [e.type for e in g.exceptions] == ["KeyError", "RuntimeError"]
+
+
+def test_stored_lines_with_fields_of_other_versions_still_load_while_callers_are_refused():
+    import io
+    import json
+
+    import pytest
+
+    from art_core.trajectories import History, Trajectory, TrajectoryGroup, read_jsonl
+
+    stored = {
+        "trajectories": [
+            {
+                "reward": 0.5,
+                "written_by": "an older art_core",
+                "additional_histories": [{"messages_and_choices": [], "kind": "sub-agent"}],
+            }
+        ],
+        "exceptions": [{"type": "E", "message": "m", "traceback": "t", "code": 3}],
+        "cohort": "a",
+    }
+    (group,) = read_jsonl(io.StringIO(json.dumps(stored) + "\n"))
+    assert group.rewards() == [0.5] and not hasattr(group.trajectories[0], "written_by")
+    assert group.exceptions[0].type == "E"
+    with pytest.raises(TypeError, match="cohort"):
+        TrajectoryGroup([], cohort="a")
+    with pytest.raises(TypeError, match="kind"):
+        History(kind="sub-agent")
+    with pytest.raises(TypeError, match="did you mean 'metadata'"):
+        Trajectory(metdata={})
+
+
+def test_a_keyword_trajectory_does_not_know_stays_on_the_object_only(caplog, monkeypatch):
+    from art_core import trajectories
+    from art_core.trajectories import Trajectory
+
+    monkeypatch.setattr(trajectories, "_warned_attributes", set())
+
+    scenario = object()  # ART's MCP-RL notebook passes its scenario dataclass
+    t = Trajectory(reward=1.0, scenario=scenario)
+    assert t.scenario is scenario and "scenario" not in t.model_dump_json()
+    assert "kept as the attribute .scenario" in caplog.text
+    caplog.clear()
+    Trajectory(scenario=scenario)
+    assert not caplog.records  # named once per process

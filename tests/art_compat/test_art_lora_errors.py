@@ -43,7 +43,7 @@ def test_lora_config_with_internal_config_combines_and_a_contradiction_is_refuse
         name="m", project="p", base_model="/m", lora_config=art.LoRAConfig(rank=8), _internal_config=internal
     )
     cfg = dev.resolve_train_config(model)
-    assert (cfg.lora_rank, cfg.lora_alpha, model.run_name) == (8, 32, "r1")
+    assert (cfg.lora_rank, cfg.lora_alpha, model._run_label) == (8, 32, "r1")
     assert internal["peft_args"] == {"lora_alpha": 32}  # the caller's dict is not modified
 
     with pytest.raises(ValueError, match=r"peft_args\.r=8 .* sets it to 16"):

@@ -126,7 +126,8 @@ def test_dev_configs_map_onto_ours_and_the_rest_is_reported_once():
         trainer_args=art.dev.TrainerArgs(max_grad_norm=0.5, run_name="first-try"),
     )
     model = art.TrainableModel(name="m", project="p", base_model="/m", _internal_config=internal)
-    assert model.run_name == "first-try"
+    # ART 0.3's trainer_args.run_name labels the W&B run; only ART 0.5.20's run_name= moves the run's storage
+    assert model._run_label == "first-try" and model.run_name is None and model.storage_name == "m"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cfg = dev.resolve_train_config(
