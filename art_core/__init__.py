@@ -62,7 +62,28 @@ _UNSERVABLE = {
     "the Prefect train flow on your own GPU (docs/art-compatibility.md)",
     "TinkerBackend": "Thinking Machines' Tinker API is a hosted service; train with LocalBackend",
     "MegatronBackend": "Megatron multi-GPU training is not part of art_core; LocalBackend trains a LoRA on one device",
+    "TinkerNativeBackend": "Thinking Machines' Tinker API is a hosted service; train with LocalBackend",
+    "SkyPilotBackend": "SkyPilot is a launcher here, not a backend: scripts/launch-cluster.sh starts a GPU node that "
+    "trains with LocalBackend (docs/clusters.md)",
+    "TrainingObjectives": "ART's distillation objectives train on MegatronBackend only; distil by SFT here "
+    "(art_core.distill says how)",
 }
+# ART's submodules a user reaches as attributes of `art` (each says what it offers or why not).
+_SUBMODULES = (
+    "distill",
+    "langgraph",
+    "local",
+    "mcp",
+    "megatron",
+    "pipeline_trainer",
+    "rewards",
+    "serverless",
+    "skypilot",
+    "tinker",
+    "tinker_native",
+    "trainer_rank",
+    "types",
+)
 
 
 def _unservable(name: str, why: str) -> type:
@@ -76,7 +97,7 @@ LocalTrainResult = TrainResult  # ART's LocalBackend result: step, metrics and t
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("local", "mcp", "rewards", "tinker", "trainer_rank"):  # ART's `art.local.LocalBackend`; on first use
+    if name in _SUBMODULES:  # ART's `art.local.LocalBackend`, `art.distill`, ...: imported on first use
         return importlib.import_module(f"art_core.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)

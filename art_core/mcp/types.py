@@ -27,7 +27,10 @@ class MCPTool:
     parameters: dict[str, Any]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MCPTool":
+    def from_dict(cls, data: Any) -> "MCPTool":
+        """From a dict (`parameters`, or the MCP SDK's `input_schema` / 1.x `inputSchema`), or from an MCP SDK
+        `Tool` object of either version as `session.list_tools()` returns it."""
+        data = _fields(data, "name", "description", "parameters", "input_schema", "inputSchema")
         return cls(
             name=data.get("name", ""),
             description=data.get("description", ""),
@@ -36,6 +39,14 @@ class MCPTool:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _fields(data: Any, *names: str) -> dict[str, Any]:
+    """A dict as is; an object (an MCP SDK model: mcp 1.x names `inputSchema`, 2.x `input_schema`) as the
+    attributes of these names that it has."""
+    if isinstance(data, dict):
+        return data
+    return {n: getattr(data, n) for n in names if getattr(data, n, None) is not None}
 
 
 @dataclass
@@ -48,9 +59,11 @@ class MCPResource:
     mime_type: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MCPResource":
+    def from_dict(cls, data: Any) -> "MCPResource":
+        """From a dict (`mimeType` or `mime_type`), or from an MCP SDK `Resource` object of either version."""
+        data = _fields(data, "uri", "name", "description", "mimeType", "mime_type")
         return cls(
-            uri=data.get("uri", ""),
+            uri=str(data.get("uri") or ""),
             name=data.get("name", ""),
             description=data.get("description", ""),
             mime_type=data.get("mimeType") or data.get("mime_type"),
