@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Literal
+import re
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -34,14 +35,29 @@ from art_core.training.config import TrainConfig
 
 
 class _Strict(BaseModel):
-    # A misspelt field is refused by name instead of being silently ignored.
+    """A config section: a misspelt field is refused by name instead of being silently ignored, and the
+    Prefect form drawn from it lists FORM_FIRST first and FORM_EXPERT last, titled "Expert: ..." (see
+    `shape_form`)."""
+
     model_config = ConfigDict(extra="forbid")
+    FORM_FIRST: ClassVar[tuple[str, ...]] = ()
+    FORM_EXPERT: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = handler(core_schema)
+        shape_form(handler.resolve_ref_schema(schema), handler, cls.FORM_FIRST, cls.FORM_EXPERT)
+        return schema
 
 
 class EnvironmentConfig(_Strict):
     """Which environment to train on, and the options passed to its `load_environment(**options)`."""
 
-    name: str = Field(description="A shipped environment (retail, airline, 2048, tic-tac-toe) or an importable module.")
+    name: str = Field(
+        description=f"A shipped environment ({', '.join(SHIPPED)}) or an importable module path with "
+        "load_environment(**options). `make demo` trains word-quiz.",
+        min_length=1,
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for load_environment.")
     _constrains_sampling: bool = PrivateAttr(default=False)
     _has_tools: bool = PrivateAttr(default=False)
@@ -85,6 +101,9 @@ class EnvironmentConfig(_Strict):
 
 
 DEFAULT_MAX_TOKENS = 256  # fits a real tool call; the old 64 cut most of them
+SMOLLM2 = "smollm2"  # the base model `make demo` trains, by name (art_core.base_models.smollm2)
+# A project or model name as art_core.naming.validate_name takes it, for the form to check at the field.
+NAME_FORM: dict[str, Any] = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "maxLength": 128}
 
 
 class SamplingConfig(_Strict):
@@ -192,13 +211,7 @@ class SFTStageConfig(SFTSpec):
     @field_validator("demonstrations")
     @classmethod
     def _file_or_expert(cls, v: str) -> str:
-        v = v.strip()
-        if v == "expert" or "://" in v:
-            return v
-        path = os.path.abspath(os.path.expanduser(v))
-        if not os.path.isfile(path):
-            raise ValueError(f"demonstrations {v!r}: no such file ({path}); give 'expert', a JSONL path or s3:// URI")
-        return path
+        return v.strip() if v.strip() == "expert" else demonstrations_file(v)
 
     def spec(self) -> SFTSpec:
         """How the demonstrations are trained (epochs, batches, schedule), without where they come from."""
@@ -208,10 +221,23 @@ class SFTStageConfig(SFTSpec):
 class RunConfig(_Strict):
     """Parameters of the train flow. Every field has a default in code except what names the run."""
 
-    project: str = Field(description="Project folder in storage; groups models trained on the same task.")
-    model: str = Field(description="Name of the trained model; its steps are served as `model@step`.")
-    base_model: str = Field(description="Path (or hub id) of the base model the LoRA adapter is trained on.")
-    environment: EnvironmentConfig
+    # The form: what a newcomer changes first (the learning rate leads `train`), expert settings last.
+    FORM_FIRST = ("project", "model", "base_model", "environment", "steps", "train")
+    FORM_EXPERT = ("max_exceptions", "inference_url", "max_steps_off_policy", "scale", "server")
+
+    project: str = Field(
+        description="Project folder in storage; groups models trained on the same task.", json_schema_extra=NAME_FORM
+    )
+    model: str = Field(
+        description="Name of the trained model; its steps are served as `model@step`.", json_schema_extra=NAME_FORM
+    )
+    base_model: str = Field(
+        description=f"The base model the LoRA adapter is trained on: {SMOLLM2!r} (SmolLM2-135M-Instruct, what `make demo` "
+        "trains: the registry's GGUF that `make install` puts in .venv, converted once), a model folder, a .gguf file, "
+        "or a hub id.",
+        min_length=1,
+    )
+    environment: EnvironmentConfig = Field(description="The task: an environment and its options.")
     sft: SFTStageConfig | None = Field(
         None, description="Fine-tune on demonstrations before GRPO; its epochs count as steps. None: GRPO only."
     )
@@ -276,30 +302,12 @@ class RunConfig(_Strict):
     @field_validator("base_model")
     @classmethod
     def _base_model(cls, v: str) -> str:
-        if v.endswith(".gguf") or os.path.isfile(os.path.expanduser(v)):
-            return resolve_base_model(v)  # converted once into a cached model folder (art_core.base_models)
-        if _looks_local(v):
-            path = os.path.abspath(os.path.expanduser(v))
-            if not os.path.isfile(os.path.join(path, "config.json")):
-                raise ValueError(
-                    f"base model {v!r} is not a model folder (no config.json at {path}); build the tiny one with "
-                    "`python -m art_core.testing.tiny_model PATH`, get a real one with `python -m art_core.base_models "
-                    "smollm2`, or point at a downloaded model folder or a .gguf file"
-                )
-            return path
-        return v
+        return base_model_folder(v)
 
     @field_validator("storage_url")
     @classmethod
     def _storage(cls, v: str) -> str:
-        v = v.strip()
-        if not v:
-            raise ValueError("storage URL is empty: give a local folder or s3://bucket/prefix")
-        if "://" in v and not v.startswith(("s3://", "file://", "memory://", "gs://", "az://")):
-            raise ValueError(f"storage URL {v!r} has an unsupported scheme: use a folder or s3://bucket/prefix")
-        if v.startswith("s3://") and len(v) <= len("s3://"):
-            raise ValueError("storage URL 's3://' names no bucket: use s3://bucket/prefix")
-        return v if "://" in v else os.path.abspath(os.path.expanduser(v))
+        return storage_root(v)
 
     @field_validator("inference_url")
     @classmethod
@@ -402,6 +410,8 @@ class RunConfig(_Strict):
 class EvaluateConfig(_Strict):
     """Parameters of the evaluate flow: which steps of a trained model, next to which baseline."""
 
+    FORM_FIRST = ("run", "steps", "baseline_step")
+
     run: RunConfig = Field(description="The run whose model is evaluated (storage, environment, eval settings).")
     steps: list[int] = Field(default_factory=list, description="Steps to evaluate; empty means the latest.")
     baseline_step: int | None = Field(
@@ -455,6 +465,9 @@ class DeployTarget(_Strict):
 class DeployConfig(DeployTarget):
     """Parameters of the deploy flow."""
 
+    FORM_FIRST = ("run", "deploy_to", "step", "export", "serve")
+    FORM_EXPERT = ("served_base_model", "upload_to", "api_key_block", "wait_for_completion", "serve_minutes", "port")
+
     run: RunConfig = Field(description="The run whose model is deployed.")
     step: int | None = Field(None, ge=1, description="Step to deploy; None: the promoted step, else the latest.")
     export: bool = Field(True, description="Copy the adapter and a model card to exports/{step} in storage.")
@@ -467,6 +480,8 @@ class DeployConfig(DeployTarget):
 
 class RetrainConfig(_Strict):
     """Parameters of the retrain flow: continue a trained model for a few steps and promote it only if it got better."""
+
+    FORM_FIRST = ("run", "extra_steps", "min_improvement", "deploy")
 
     run: RunConfig = Field(description="The original run's settings (model, environment, storage...).")
     extra_steps: int = Field(
@@ -484,5 +499,130 @@ def _inference_url(v: str) -> str:
     return v.rstrip("/")
 
 
+def storage_root(v: str) -> str:
+    """A `storage_url` checked: a folder (made absolute) or a URL of a scheme we read."""
+    v = v.strip()
+    if not v:
+        raise ValueError("storage URL is empty: give a local folder or s3://bucket/prefix")
+    if "://" in v and not v.startswith(("s3://", "file://", "memory://", "gs://", "az://")):
+        raise ValueError(f"storage URL {v!r} has an unsupported scheme: use a folder or s3://bucket/prefix")
+    if v.startswith("s3://") and len(v) <= len("s3://"):
+        raise ValueError("storage URL 's3://' names no bucket: use s3://bucket/prefix")
+    return v if "://" in v else os.path.abspath(os.path.expanduser(v))
+
+
+def demonstrations_file(v: str) -> str:
+    """A JSONL file of demonstrations: a URL as it is, a local path made absolute once it exists."""
+    v = v.strip()
+    if "://" in v:
+        return v
+    path = os.path.abspath(os.path.expanduser(v))
+    if not os.path.isfile(path):
+        raise ValueError(f"demonstrations {v!r}: no such file ({path}); give a chat-format JSONL path or s3:// URI")
+    return path
+
+
+def base_model_folder(v: str) -> str:
+    """What a `base_model` field names, as vLLM and the trainer load it: 'smollm2' -> the registry's
+    SmolLM2-135M-Instruct found as `make demo` finds it (its GGUF, converted once, cached); a .gguf file -> its
+    converted folder; a local folder -> its absolute path, checked; anything else (a hub id) as it is."""
+    v = v.strip()
+    if v == SMOLLM2:
+        from art_core.base_models import BaseModelError, smollm2
+
+        try:
+            return str(smollm2(install=False))
+        except BaseModelError as e:
+            raise ValueError(f"base model {SMOLLM2!r}: {e}; `make install` (or `make demo`) installs it") from None
+    if v.endswith(".gguf") or os.path.isfile(os.path.expanduser(v)):
+        return resolve_base_model(v)  # converted once into a cached model folder (art_core.base_models)
+    if _looks_local(v):
+        path = os.path.abspath(os.path.expanduser(v))
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise ValueError(
+                f"base model {v!r} is not a model folder (no config.json at {path}); build the tiny one with "
+                "`make demo-tiny` or `python -m art_core.testing.tiny_model PATH`, use 'smollm2' (what `make demo` "
+                "trains), or point at a downloaded model folder or a .gguf file"
+            )
+        return path
+    return v
+
+
 def _looks_local(v: str) -> bool:
     return v.startswith(("/", "./", "../", "~")) or os.path.isdir(v)
+
+
+# ---- the Prefect form ----------------------------------------------------------------------------------------
+# Prefect 3.7.6's UI draws a deployment's form from the parameter schema, ordering each object's fields by
+# `position` (0 when missing). Before it asks the server to validate the form, it copies the schema keeping
+# only some keys: `minimum`, `exclusiveMinimum`, `maximum`, `minLength` and `pattern` are dropped, while
+# `allOf` goes through whole. So a bound stated as usual is checked only when the run is created (a toast at
+# the bottom of the page); inside `allOf` the form checks it and shows the error at the field. And an
+# optional field (`X | None`, default None) is drawn as a choice between X and "None", whose text 'Property
+# is type "None"' reads like an error: a scalar one is drawn as a plain input instead, empty meaning None.
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern")
+EXPERT = "Expert: "
+# Sections of other components, drawn inside these forms: (fields first, fields last as expert settings).
+_FOREIGN_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
+    # None: every field not listed first is an expert setting.
+    "TrainConfig": (("learning_rate", "old_logprobs", "lora_rank", "lora_alpha", "seed"), None),
+}
+
+
+def shape_form(schema: dict[str, Any], handler: Any, first=(), expert=()) -> None:
+    """Arrange one object's schema for Prefect's form, in place: `first` fields first, `expert` ones last and
+    titled "Expert: ...", bounds where the form checks them, optional scalars as plain inputs. The sections of
+    other components it holds are arranged too (in the order of _FOREIGN_FORMS where it names them)."""
+    props = schema.get("properties") or {}
+    if expert is None:
+        expert = tuple(n for n in props if n not in first)
+    order = [n for n in first if n in props]
+    order += [n for n in props if n not in order and n not in expert] + [n for n in expert if n in props]
+    for position, name in enumerate(order):
+        prop = props[name]
+        prop["position"] = position
+        if name in expert and not str(prop.get("title", "")).startswith(EXPERT):
+            prop["title"] = EXPERT + str(prop.get("title") or name.replace("_", " ").capitalize())
+        _optional_as_empty(prop)
+        _bounds_where_the_form_checks_them(prop)
+        for ref in _refs(prop):
+            target = handler.resolve_ref_schema({"$ref": ref})
+            # Sections of this module were arranged by their own hook (their fields have positions); others now.
+            if not any("position" in p for p in (target.get("properties") or {}).values()):
+                shape_form(target, handler, *_FOREIGN_FORMS.get(target.get("title"), ((), ())))
+
+
+def _refs(prop: dict[str, Any]) -> list[str]:
+    branches = [prop, *prop.get("anyOf", []), *prop.get("allOf", [])]
+    return [b["$ref"] for b in branches if "$ref" in b]
+
+
+def _none_means(description: str) -> str:
+    found = re.search(r"\bNone\b(?: means|:|,)?\s*(.+?)(?:\.\s|\.$|;|$)", description or "")
+    return found.group(1) if found else "the default"
+
+
+def _optional_as_empty(prop: dict[str, Any]) -> None:
+    branches = prop.get("anyOf") or []
+    nulls = [b for b in branches if b.get("type") == "null"]
+    others = [b for b in branches if b.get("type") != "null"]
+    if not nulls or len(others) != 1:
+        return
+    meaning = _none_means(prop.get("description", ""))
+    if "$ref" in others[0] or others[0].get("type") in ("object", "array") or prop.get("default", None) is not None:
+        nulls[0].setdefault("title", f"None: {meaning}")  # the choice's label says what None does
+        return
+    # A scalar that defaults to None: a plain input, left empty for None (the form then leaves it out).
+    del prop["anyOf"]
+    prop.pop("default", None)
+    prop.update({k: v for k, v in others[0].items() if k not in _BOUNDS})
+    bounds = {k: v for k, v in others[0].items() if k in _BOUNDS}
+    if bounds:
+        prop["allOf"] = [{"type": others[0].get("type"), **bounds}] if "type" in others[0] else [bounds]
+    prop["example"] = f"empty: {meaning}"  # the input's placeholder
+
+
+def _bounds_where_the_form_checks_them(prop: dict[str, Any]) -> None:
+    bounds = {k: prop.pop(k) for k in _BOUNDS if k in prop}
+    if bounds:
+        prop.setdefault("allOf", []).append({"type": prop["type"], **bounds} if "type" in prop else bounds)

