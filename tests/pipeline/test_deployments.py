@@ -1,19 +1,99 @@
-"""deployments/prefect.yaml as a user runs it: `prefect deploy --all`, then a run triggered through the API
-with parameters, picked up by a process worker, completes; the nightly retrain schedule exists."""
+"""deployments/prefect.yaml as a user runs it: every deployment built as `prefect deploy` builds it, with defaults
+that validate and point at what `make demo` leaves behind; then `prefect deploy --all`, a run triggered through
+the API with parameters, picked up by a process worker, completes; the nightly retrain schedule exists."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
-
-pytestmark = pytest.mark.vllm
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFECT = os.path.join(os.path.dirname(sys.executable), "prefect")
+# What `make demo` leaves behind besides its install: SmolLM2 converted, storage in ./.art. No ./.models/tiny.
+TINY = "./.models/tiny"
+
+
+def _built_deployments() -> dict[str, dict]:
+    """Each deployment of prefect.yaml as `prefect deploy` builds it (prefect.cli.deploy._core, run from the
+    repository root): the YAML with its anchors resolved, the flow loaded from the entrypoint, the parameter
+    schema drawn from it."""
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    with open(os.path.join(REPO, "deployments", "prefect.yaml")) as f:
+        spec = yaml.safe_load(f)
+    built, path = {}, list(sys.path)
+    for d in spec["deployments"]:
+        flow = load_flow_from_entrypoint(d["entrypoint"])
+        sys.path[:] = path  # a script entrypoint puts its folder first on the path, where flows/mcp.py hides `mcp`
+        schema = parameter_schema(flow).model_dump()
+        built[f"{flow.name}/{d['name']}"] = {**d, "flow": flow, "schema": schema}
+    return built
+
+
+def test_every_deployment_builds_and_its_defaults_validate_after_make_demo(monkeypatch, smollm2_path, tiny_model_path):
+    """A run started from the UI with a deployment's defaults is accepted by the form (the schema), then by the
+    flow (pydantic), on a machine that ran `make demo`; a default that needs a model nobody built says how."""
+    from prefect.utilities.schema_tools.validation import build_error_obj, preprocess_schema, validate
+
+    monkeypatch.chdir(REPO)  # where workers run the flows (prefect deploy's set_working_directory)
+    built = _built_deployments()
+    assert {"train/train", "train/tiny-demo", "train/sft-then-grpo", "sft/sft", "train-mcp/train-mcp"} <= set(built)
+    for name, d in built.items():
+        params = d.get("parameters") or {}
+        if not params:  # train-step/gpu: filled in by the train flow
+            continue
+        errors = validate(params, preprocess_schema(d["schema"]), preprocess=False, ignore_required=False)
+        assert not errors, f"{name}: the form refuses its own defaults: {json.dumps(build_error_obj(errors))}"
+        config = params["config"]
+        run = config.get("run", config)
+        if run["base_model"] == TINY and not os.path.exists(os.path.join(TINY, "config.json")):
+            with pytest.raises(Exception, match=r"make demo-tiny.*python -m art_core.testing.tiny_model"):
+                d["flow"].validate_parameters(params)
+            assert "make demo-tiny" in d["description"], f"{name}'s description should say how to build its model"
+            run["base_model"] = tiny_model_path
+        validated = d["flow"].validate_parameters(params)["config"]
+        if run["base_model"] == "smollm2":  # SmolLM2 found as the demo finds it
+            assert getattr(validated, "run", validated).base_model == smollm2_path, name
+        if "data" in config:  # sft: its demonstrations ship with the repository
+            assert os.path.isfile(validated.data), validated.data
+        if "command" in config:  # train-mcp: the tau2 retail server `make install` puts in .venv
+            assert shutil.which(config["command"][0], path=os.path.dirname(sys.executable)), config["command"]
+    # The real demo's run is every deployment's default run except the tiny demo's and the other tasks'.
+    defaults = {
+        n: (d["parameters"]["config"].get("run", d["parameters"]["config"]))
+        for n, d in built.items()
+        if d.get("parameters")
+    }
+    assert {n for n, r in defaults.items() if r.get("model") == "smollm2-001"} == {
+        "train/train",
+        "evaluate/evaluate",
+        "deploy/deploy",
+        "retrain/retrain-nightly",
+    }
+
+
+def test_sft_mcp_and_sft_then_grpo_are_deployed_with_typed_forms():
+    built = _built_deployments()
+    forms = {
+        "sft/sft": ("SFTRunConfig", {"data", "sft", "base_model"}),
+        "train-mcp/train-mcp": ("McpRunConfig", {"command", "url", "generate", "judge"}),
+        "train/sft-then-grpo": ("RunConfig", {"sft", "environment", "steps"}),
+    }
+    for name, (model, fields) in forms.items():
+        schema = built[name]["schema"]
+        assert schema["properties"]["config"]["$ref"] == f"#/definitions/{model}", name
+        assert fields <= set(schema["definitions"][model]["properties"]), name
+    assert built["train/sft-then-grpo"]["parameters"]["config"]["sft"]["demonstrations"] == "expert"
+    readme = open(os.path.join(REPO, "deployments", "README.md")).read()
+    assert all(f"`{name}`" in readme for name in built), "deployments/README.md should list every deployment"
 
 
 def _cli(args: list[str], env: dict, timeout: float = 300) -> str:
@@ -24,6 +104,7 @@ def _cli(args: list[str], env: dict, timeout: float = 300) -> str:
     return r.stdout
 
 
+@pytest.mark.vllm
 def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(
     prefect_api, tmp_path, tiny_model_path, vllm_endpoint
 ):
@@ -42,7 +123,17 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(
     _cli(["deploy", "--all", "--prefect-file", "deployments/prefect.yaml"], env)
 
     with get_client(sync_client=True) as client:  # the session's server: other tests' deployments are left out
-        ours = {"train", "evaluate", "deploy", "retrain-nightly", "gpu"}
+        ours = {
+            "train",
+            "tiny-demo",
+            "sft-then-grpo",
+            "sft",
+            "train-mcp",
+            "evaluate",
+            "deploy",
+            "retrain-nightly",
+            "gpu",
+        }
         deployments = {d.name: d for d in client.read_deployments() if d.name in ours}
     assert set(deployments) == ours
     nightly = deployments["retrain-nightly"]
@@ -50,7 +141,8 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(
     assert {n: d.work_pool_name for n, d in deployments.items() if d.work_pool_name != "art-process"} == {
         "gpu": "art-gpu"
     }
-    assert "config" in deployments["train"].parameter_openapi_schema["properties"]  # the UI form
+    for name in ("train", "sft", "train-mcp", "sft-then-grpo"):  # the UI forms
+        assert "config" in deployments[name].parameter_openapi_schema["properties"], name
 
     storage = tmp_path / "art"
     config = {

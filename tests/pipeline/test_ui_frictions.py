@@ -29,13 +29,21 @@ def test_schedules_are_created_paused():
     assert all(s.get("active") is False for _, s in schedules), schedules
 
 
-def test_deployment_defaults_are_the_demo_run(tiny_model_path, tmp_path):
-    """A run started from the UI with the defaults is the demo's run: it continues `make demo-tiny` from its cache."""
+def test_deployment_defaults_are_the_demo_runs(smollm2_path, tiny_model_path, tmp_path):
+    """A run started from the UI with the defaults is `make demo`'s run (SmolLM2 found as the demo finds it, the
+    word quiz, its settings): it continues the demo from its cache. train/tiny-demo is `make demo-tiny`'s."""
     from flows.config import RunConfig
-    from flows.demo import demo_config
+    from flows.demo import demo_config, real_demo_config
 
-    run = dict(_prefect_yaml()["definitions"]["run"], base_model=tiny_model_path, storage_url=str(tmp_path))
-    assert RunConfig(**run) == demo_config(tiny_model_path, str(tmp_path))
+    definitions = _prefect_yaml()["definitions"]
+    real = RunConfig(**definitions["run"])  # as it is: base_model 'smollm2', storage ./.art
+    assert real == real_demo_config(smollm2_path, "./.art")
+    assert real.base_model == smollm2_path and real.environment.name == "word-quiz"
+    tiny = dict(definitions["tiny_run"], base_model=tiny_model_path, storage_url=str(tmp_path))
+    assert RunConfig(**tiny) == demo_config(tiny_model_path, str(tmp_path))
+    by_name = {d["name"]: d for d in _prefect_yaml()["deployments"]}
+    assert by_name["train"]["parameters"]["config"] == definitions["run"]
+    assert by_name["tiny-demo"]["parameters"]["config"] == definitions["tiny_run"]
 
 
 def test_parse_and_merge_overrides():
@@ -63,7 +71,7 @@ def demo_deployment(prefect_api, tiny_model_path, tmp_path):
     """The train flow registered as a deployment with the demo's config (no worker: runs stay Scheduled)."""
     from flows.train import train
 
-    run = dict(_prefect_yaml()["definitions"]["run"], base_model=tiny_model_path, storage_url=str(tmp_path))
+    run = dict(_prefect_yaml()["definitions"]["tiny_run"], base_model=tiny_model_path, storage_url=str(tmp_path))
     train.to_deployment(name="frictions", parameters={"config": run}).apply()
     return "train/frictions", run
 
