@@ -89,8 +89,10 @@ def display_table(rows: list[dict[str, Any]], digits: int = 3) -> list[dict[str,
     return [{"step": r.get("step"), **{c: show(r.get(c)) for c in columns}} for r in rows]
 
 
-# What the reward curve shows: key, colour, dashed, marker (matplotlib's first two colours).
-_CURVES = (("train/reward", (31, 119, 180), False, "o"), ("val/reward", (255, 127, 14), True, "s"))
+# What the reward curve shows: key, colour, joined, marker (matplotlib's first two colours). The train reward is
+# measured at every step, so its points are joined; evaluations are sparse (step 0 and the last, every k steps),
+# and a line between two of them would draw a rise nobody measured: they are points only.
+_CURVES = (("train/reward", (31, 119, 180), True, "o"), ("val/reward", (255, 127, 14), False, "s"))
 _SIZE, _SCALE = (600, 350), 3  # pixels of the PNG; drawn this many times larger, then scaled down (smooth edges)
 
 
@@ -147,12 +149,12 @@ def reward_curve_png(rows: list[dict[str, Any]], title: str = "reward per step",
         draw.line([(box[0] - tick, y), (box[0], y)], fill="black", width=k)
         draw.text((box[0] - tick - 3 * k, y), label, fill="black", font=small, anchor="rm")
     draw.rectangle(box, outline="black", width=k)
-    for key, colour, dashed, marker in _CURVES:
+    for key, colour, joined, marker in _CURVES:
         line = [at(x, y) for x, y in points[key]]
-        for a, b in zip(line, line[1:]):
-            _segment(draw, a, b, colour, 2 * k, dash=(6 * k, 4 * k) if dashed else None)
+        for a, b in zip(line, line[1:]) if joined else ():
+            _segment(draw, a, b, colour, 2 * k)
         for x, y in line:
-            r = 4 * k
+            r = (4 if joined else 5) * k
             shape = draw.ellipse if marker == "o" else draw.rectangle
             shape((x - r, y - r, x + r, y + r), fill=colour)
     draw.text(((box[0] + box[2]) / 2, k * 10), title, fill="black", font=font, anchor="mt")
@@ -230,10 +232,11 @@ def _legend(draw: Any, box: tuple, curves: list, points: list[tuple[float, float
     ]
     x0, y0 = min(corners, key=lambda c: sum(c[0] <= x <= c[0] + w and c[1] <= y <= c[1] + h for x, y in points))
     draw.rectangle((x0, y0, x0 + w, y0 + h), fill="white", outline=(204, 204, 204), width=k)
-    for i, (key, colour, dashed, marker) in enumerate(curves):
+    for i, (key, colour, joined, marker) in enumerate(curves):
         y = y0 + pad + row * i + row / 2
-        _segment(draw, (x0 + pad, y), (x0 + pad + 24 * k, y), colour, 2 * k, dash=(6 * k, 4 * k) if dashed else None)
-        r, cx = 4 * k, x0 + pad + 12 * k
+        if joined:
+            _segment(draw, (x0 + pad, y), (x0 + pad + 24 * k, y), colour, 2 * k)
+        r, cx = (4 if joined else 5) * k, x0 + pad + 12 * k
         (draw.ellipse if marker == "o" else draw.rectangle)((cx - r, y - r, cx + r, y + r), fill=colour)
         draw.text((x0 + pad + 32 * k, y), key, fill="black", font=font, anchor="lm")
 
