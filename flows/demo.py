@@ -23,6 +23,7 @@ import argparse
 import os
 import secrets
 import shutil
+import sys
 import time
 from typing import Any
 
@@ -39,7 +40,7 @@ EVAL_TRIES = 3
 def demo_config(
     model_dir: str, storage: str, steps: int = STEPS, seed: int = 0, project: str = "demo", model: str = "agent-001"
 ) -> Any:
-    """The demo's RunConfig (the same values deployments/prefect.yaml gives the train deployment).
+    """The tiny demo's RunConfig (the same values deployments/prefect.yaml gives the train/tiny-demo deployment).
 
     >>> demo_config("./.models/tiny", "./.art").environment.name
     'art_core.testing.color_quiz'
@@ -81,8 +82,8 @@ def real_demo_config(
     model: str = "smollm2-001",
     task: str = "word-quiz",
 ) -> Any:
-    """The real-model demo's RunConfig: the word quiz (free text) or the price lookup (a tool call, then the
-    answer); the server in float32 where the CPU lacks bf16.
+    """The real-model demo's RunConfig (`make demo`; the same values deployments/prefect.yaml gives the train
+    deployment): the word quiz (free text) or the price lookup (a tool call, then the answer).
 
     >>> real_demo_config("./.models/tiny", "./.art").environment.name     # doctest: +SKIP
     'word-quiz'
@@ -172,7 +173,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(os.path.join(config.storage_url, ".prefect"), ignore_errors=True)
     api = os.environ.get("PREFECT_API_URL")
     print(f"Prefect: {api or 'a temporary local server (database in ~/.prefect)'}; storage: {config.storage_url}")
-    print("a vLLM server for the model starts when the first rollout needs it (20 s or more on CPU) ...")
+    cached = _all_done(config)  # a finished demo re-runs from the cache alone: no server to wait for
+    if cached:
+        print("every step and both evaluations are in storage: this run reads them from the cache, no vLLM server")
+    else:
+        print("starting a vLLM server for the model (20 s or more on CPU) ...")
 
     from art_core.inference.server import ServerConfig, VLLMServer
     from flows.config import EvaluateConfig
@@ -192,10 +197,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     os.environ["ART_INFERENCE_API_KEY"] = key  # how the flows' tasks authenticate to an inference_url
     try:
-        if not _all_done(config):  # a finished demo re-runs from the cache alone: no server to wait for
+        if not cached:
             server.start()
             config = config.model_copy(update={"inference_url": server.base_url})
-        phases["server start"] = time.perf_counter() - t0 - phases["model ready"]
+            phases["server start"] = time.perf_counter() - t0 - phases["model ready"]
         summary = train(config)
         phases["train (and evaluate the last step)"] = time.perf_counter() - t0 - sum(phases.values())
         # Base model (step 0) and the last step on the same val questions; the last step's is cached from train.
@@ -203,12 +208,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         phases["evaluate the base model"] = time.perf_counter() - t0 - sum(phases.values())
     finally:
         server.stop()
-    _print_summary(config, summary, base, final, time.perf_counter() - t0, api)
+    _print_summary(config, summary, base, final, time.perf_counter() - t0, api, rerun_command(argv))
     print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
     return {"train": summary, "base": base, "final": final}
 
 
-def _print_summary(config, summary, base, final, seconds: float, api: str | None) -> None:
+def rerun_command(argv: list[str] | None) -> str:
+    """The command that runs this demo again (from the cache once it has finished): `make demo` for `--real`,
+    `make demo-tiny` for no arguments, else `python -m flows.demo` with the arguments, `--fresh` left out.
+
+    >>> rerun_command(["--real"]), rerun_command([]), rerun_command(["--real", "--seed", "1", "--fresh"])
+    ('make demo', 'make demo-tiny', 'python -m flows.demo --real --seed 1')
+    """
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--fresh"]
+    return {(): "make demo-tiny", ("--real",): "make demo"}.get(tuple(args)) or " ".join(
+        ["python -m flows.demo", *args]
+    )
+
+
+def _print_summary(
+    config, summary, base, final, seconds: float, api: str | None, rerun: str = "python -m flows.demo"
+) -> None:
     from flows.reporting import artifact_key
 
     key = artifact_key(config.project, config.model)
@@ -238,9 +258,11 @@ def _print_summary(config, summary, base, final, seconds: float, api: str | None
         print("  .venv/bin/prefect server start       # then browse", ui)
     else:
         print(f"  browse {ui}")
-    print("  runs, task states (Cached on a re-run) and artifacts are under Runs and Artifacts")
-    print("\nrun `python -m flows.demo` again: it finishes from the cache without rolling out or training;")
-    print("`--steps 12` continues from the last checkpoint. Deployments and workers: deployments/README.md")
+    print("  Runs -> the train run: its task runs (Cached on a re-run) and, in its Artifacts tab, the artifacts;")
+    print(f"  every artifact by key: {ui}/artifacts")
+    more = rerun if rerun.startswith("python") else "python -m flows.demo" + (" --real" if rerun == "make demo" else "")
+    print(f"\nrun `{rerun}` again: it finishes from the cache, without a vLLM server, rollouts or training;")
+    print(f"`{more} --steps {config.steps + 4}` continues from the last checkpoint. Deployments: deployments/README.md")
 
 
 def _all_done(config) -> bool:

@@ -107,3 +107,18 @@ def test_deploy_and_retrain_leave_their_decision_as_artifacts(demo_runs, tiny_mo
     word = "promoted" if summary.promoted else "kept"
     assert decision.startswith(f"# Retrain of agent-001: {word} step {summary.promoted_step}")
     assert f"{summary.new_reward:.3f}" in decision and f"{summary.promoted_reward:.3f}" in decision
+
+
+def test_a_finished_demo_reruns_from_the_cache_and_says_so(demo_runs, tiny_model_path, capsys):
+    """The closing lines name the command that re-runs this demo; that command then reads everything from the
+    cache and says nothing of a vLLM server, since none starts."""
+    from flows.demo import main
+
+    first = demo_runs[SEEDS[0]]
+    argv = ["--seed", str(SEEDS[0]), "--storage", first["storage"], "--model-dir", tiny_model_path]
+    capsys.readouterr()
+    again = main(argv)
+    out = capsys.readouterr().out
+    assert f"run `python -m flows.demo {' '.join(argv)}` again: it finishes from the cache" in out
+    assert "no vLLM server" in out and "starting a vLLM server" not in out and "server start" not in out
+    assert again["train"].trained_steps == [] and again["final"].reward == first["final"].reward
