@@ -322,7 +322,6 @@ def evaluate_baseline(
 ) -> EvalReport:
     """The same evaluation for a prompted model (a hosted one, or a base model on any server), stored under
     `{project}/baselines/{model}/eval-{split}.json`."""
-    from art_core.storage import Storage
 
     report, _ = (run or asyncio.run)(
         evaluate_model(
@@ -337,9 +336,7 @@ def evaluate_baseline(
             sampling=rollout.sampling,
         )
     )
-    storage = Storage(storage_url)
-    storage.write_json(baseline_eval_path(storage, project, model, split), report.model_dump(mode="json"))
-    return report
+    return _store_baseline(storage_url, project, model, split, report)
 
 
 def never_acts_baseline(
@@ -360,7 +357,6 @@ def never_acts_baseline(
     Headline(metric='write pass^1', value=0.0)
     """
     from art_core.envs.customer_service.policies import never_acts
-    from art_core.storage import Storage
 
     env = rollout.load_environment()
     report, _ = (run or asyncio.run)(
@@ -368,7 +364,13 @@ def never_acts_baseline(
             env, never_acts, split=split, scenarios=scenarios, trials=trials, success_threshold=success_threshold
         )
     )
+    return _store_baseline(storage_url, project, f"{NEVER_ACTS}-{env.name}", split, report)
+
+
+def _store_baseline(storage_url: str, project: str, name: str, split: str, report: EvalReport) -> EvalReport:
+    """Write a baseline's report to `{project}/baselines/{name}/eval-{split}.json`; returns the report."""
+    from art_core.storage import Storage
+
     storage = Storage(storage_url)
-    path = baseline_eval_path(storage, project, f"{NEVER_ACTS}-{env.name}", split)
-    storage.write_json(path, report.model_dump(mode="json"))
+    storage.write_json(baseline_eval_path(storage, project, name, split), report.model_dump(mode="json"))
     return report
