@@ -232,6 +232,20 @@ def _difference(diff: int) -> str:
     return f"you pay {diff}" if diff > 0 else f"you get {-diff} back" if diff < 0 else "nothing to pay"
 
 
+def _payer(user: dict[str, Any], reply: str, amount: int, purpose: str) -> str:
+    """The one payment id in the customer's reply, if it may pay `amount` (not a certificate, a gift card only
+    with enough on it); else the task cannot be demonstrated."""
+    (pid,) = _payment_ids(reply)
+    method = user["payment_methods"].get(pid)
+    if (
+        method is None
+        or method["source"] == "certificate"
+        or (method["source"] == "gift_card" and method["amount"] < amount)
+    ):
+        raise CannotDemonstrate(f"{pid} cannot {purpose}")
+    return pid
+
+
 def _update_flights(
     user: dict[str, Any], res: dict[str, Any], cabin: str, legs: list[dict[str, Any]], diff: int, what: str
 ) -> Play:
@@ -240,14 +254,7 @@ def _update_flights(
         f"{what} The fare difference for {_n(len(res['passengers']), 'passenger')} is {diff} ({_difference(diff)}). Which "
         "payment method, a gift card or a credit card, would you like to use for it?"
     )
-    (pid,) = _payment_ids(reply)
-    method = user["payment_methods"].get(pid)
-    if (
-        method is None
-        or method["source"] == "certificate"
-        or (method["source"] == "gift_card" and method["amount"] < diff)
-    ):
-        raise CannotDemonstrate(f"{pid} cannot settle the difference")
+    pid = _payer(user, reply, diff, "settle the difference")
     reply = yield from ask(
         f"I will change the flights of reservation {rid} to {_legs(legs)} in {cabin}, with the fare difference of "
         f"{diff} settled with {pid}. {CONFIRM}"
@@ -307,14 +314,7 @@ def _add_bags(user: dict[str, Any]) -> Play:
         f"({nonfree - res['nonfree_baggages']} new non-free x {BAG_PRICE}). Which payment method would you like "
         "to use for it?"
     )
-    (pid,) = _payment_ids(reply)
-    method = user["payment_methods"].get(pid)
-    if (
-        method is None
-        or method["source"] == "certificate"
-        or (method["source"] == "gift_card" and method["amount"] < fee)
-    ):
-        raise CannotDemonstrate(f"{pid} cannot pay the fee")
+    pid = _payer(user, reply, fee, "pay the fee")
     reply = yield from ask(
         f"I will update the baggage of reservation {rid} to {total} bags in total, {nonfree} of them non-free, and "
         f"charge the fee of {fee} to {pid}. {CONFIRM}"
