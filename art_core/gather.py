@@ -19,7 +19,16 @@ What no rollout may bring into a run:
   surrogateescape): escaped where it stands and counted (art_core.trajectories.escape_invalid_text), so the
   group can be stored, judged and tokenized;
 - a dead server of ours: a rollout that failed to reach a vLLM server this process started, which has
-  exited, ends the gather at once with `ServerDied` naming it (art_core.inference.dead_server).
+  exited, ends the gather at once with `ServerDied` naming it (art_core.inference.dead_server);
+- a silent stall: a request its server is not working on fails within ART_REQUEST_STALL_S seconds (30 by
+  default) with `ServerStalled` naming the server and its counts (art_core.inference.http_client), and a
+  gather in which no rollout progressed for ART_GATHER_STALL_S seconds (120 by default) logs a warning
+  saying which rollouts wait on which server, and what each server reported running and waiting:
+
+    gather 'gather': no rollout progressed for 121 s; 2 of 16 rollouts unfinished:
+      rollout 3 of group 1 (scenario train-7): waiting 121 s on POST /v1/chat/completions to http://127.0.0.1:41234
+      rollout 5 of group 1 (scenario train-7): in its own code for 121 s, no request in flight
+      server http://127.0.0.1:41234: its /metrics reported 0 running and 0 waiting 2 s ago
 """
 
 from __future__ import annotations
@@ -28,14 +37,20 @@ import asyncio
 import inspect
 import logging
 import math
+import os
+import time
 from collections import Counter
 from typing import Any, Awaitable, Callable, Iterable
 
 from openai.types.chat.chat_completion import Choice
 
+from art_core.inference.http_client import RolloutActivity, current_rollout, watched_server
 from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup, escape_invalid_text
 
 log = logging.getLogger(__name__)
+
+STALL_ENV = "ART_GATHER_STALL_S"
+DEFAULT_STALL_S = 120.0
 
 AfterEachResult = "TrajectoryGroup | list[TrajectoryGroup] | None"
 AfterEach = Callable[[TrajectoryGroup], "AfterEachResult | Awaitable[AfterEachResult]"]
@@ -129,6 +144,21 @@ async def raise_if_server_died(exc: BaseException, desc: str | None) -> None:
         raise died from exc
 
 
+def stalled_or(exc: BaseException) -> BaseException:
+    """The `ServerStalled` behind `exc` (which names the server and what it reported), else `exc` itself: the
+    openai client raises a stalled request as `APITimeoutError: Request timed out.`, which names neither."""
+    from art_core.inference.http_client import ServerStalled
+
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ServerStalled):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return exc
+
+
 def _as_pending(group: Any) -> PendingGroup | Awaitable[Any]:
     if isinstance(group, PendingGroup):
         return group
@@ -214,6 +244,82 @@ class _Progress:
             self.bar.close()
 
 
+def gather_stall_s() -> float:
+    """Seconds without progress after which a gather says it is stuck: ART_GATHER_STALL_S, default 120; 0: never."""
+    try:
+        return max(0.0, float(os.environ.get(STALL_ENV) or DEFAULT_STALL_S))
+    except ValueError:
+        return DEFAULT_STALL_S
+
+
+class StallReport:
+    """Watches a gather's rollouts and logs a warning when none of them progressed for `after_s` seconds (a
+    request answered, a streamed byte, a rollout finished): which rollouts wait on which server, and what the
+    server's /metrics said. Again after every further `after_s` seconds while the gather stays stuck."""
+
+    def __init__(self, desc: str | None, after_s: float | None = None) -> None:
+        self.desc = desc or "gather"
+        self.after_s = gather_stall_s() if after_s is None else after_s
+        self.unfinished: dict[RolloutActivity, None] = {}  # in start order
+        self.total = 0
+        self.last_finished = self.reported_at = time.monotonic()
+        self.reports = 0
+
+    def start(self, name: str) -> RolloutActivity:
+        """A rollout starts: its activity, to set in `current_rollout` while it runs."""
+        activity = RolloutActivity(name)
+        self.unfinished[activity] = None
+        self.total += 1
+        return activity
+
+    def finish(self, activity: RolloutActivity) -> None:
+        self.unfinished.pop(activity, None)
+        self.last_finished = time.monotonic()
+
+    def quiet_for(self, now: float) -> float:
+        """Seconds since the last progress of any rollout."""
+        return now - max([self.last_finished, *(a.last_progress for a in self.unfinished)])
+
+    async def watch(self) -> None:
+        """Run beside the gather (cancelled when it ends)."""
+        if not self.after_s:
+            return
+        while True:
+            await asyncio.sleep(max(0.05, min(10.0, self.after_s / 4)))
+            now = time.monotonic()
+            quiet = self.quiet_for(now)
+            if self.unfinished and quiet >= self.after_s and now - self.reported_at >= self.after_s:
+                self.reported_at, self.reports = now, self.reports + 1
+                await self.refresh_servers()
+                log.warning("%s", self.describe(time.monotonic()))
+
+    def servers(self) -> list[str]:
+        """The servers the unfinished rollouts wait on, in the order first met."""
+        return list({f.server: None for a in self.unfinished for f in sorted(a.in_flight, key=lambda f: f.since)})
+
+    async def refresh_servers(self) -> None:
+        """Fresh counts from each server waited on, each read within a few seconds (the report goes out anyway)."""
+        watches = [w for w in map(watched_server, self.servers()) if w is not None]
+        await asyncio.wait([asyncio.ensure_future(w.refresh()) for w in watches] or [asyncio.sleep(0)], timeout=5.0)
+
+    def describe(self, now: float) -> str:
+        """The report: the gather, how long it has been quiet, each unfinished rollout and each server's counts."""
+        lines = [
+            f"gather {self.desc!r}: no rollout progressed for {self.quiet_for(now):.0f} s; "
+            f"{len(self.unfinished)} of {self.total} rollouts unfinished:"
+        ]
+        for a in self.unfinished:
+            flights = sorted(a.in_flight, key=lambda f: f.since)
+            if not flights:
+                lines.append(f"  {a.name}: in its own code for {now - a.last_progress:.0f} s, no request in flight")
+            for f in flights:
+                lines.append(f"  {a.name}: waiting {now - f.since:.0f} s on {f.describe()}")
+        for root in self.servers():
+            watch = watched_server(root)
+            lines.append(f"  server {root}: {watch.seen() if watch is not None else 'not watched'}")
+        return "\n".join(lines)
+
+
 async def gather_trajectory_groups(
     groups: Iterable[Any],
     *,
@@ -223,6 +329,7 @@ async def gather_trajectory_groups(
     max_metrics: int | None = None,
     after_each: AfterEach | None = None,
     max_concurrent: int = 64,
+    stall_report_s: float | None = None,
 ) -> list[TrajectoryGroup]:
     """Run every rollout of every group concurrently and return the finished groups, in input order.
 
@@ -234,6 +341,8 @@ async def gather_trajectory_groups(
       a list of groups (flattened into the result), or None to drop the group.
     pbar_desc: the progress bar's label (None: no bar); max_metrics: show at most this many metrics on
       it; pbar_total_completion_tokens: show the completion tokens sampled so far.
+    stall_report_s: log a warning naming the waiting rollouts and their servers when none progressed for this
+      long (StallReport); None: ART_GATHER_STALL_S, default 120 s; 0: never.
     """
     pending = [_as_pending(g) for g in groups]
     total = sum(len(p.awaitables) if isinstance(p, PendingGroup) else 1 for p in pending)
@@ -241,6 +350,7 @@ async def gather_trajectory_groups(
     semaphore = asyncio.Semaphore(max_concurrent)
     failures: list[BaseException] = []
     progress = _Progress(pbar_desc, len(pending), total, pbar_total_completion_tokens, max_metrics)
+    stalls = StallReport(pbar_desc, stall_report_s)
 
     def failed(exc: BaseException, returned: bool = False) -> RolloutError:
         progress.exception()
@@ -270,11 +380,15 @@ async def gather_trajectory_groups(
 
     async def run_one(aw: Awaitable[Trajectory], where: str, returned: bool) -> Trajectory | RolloutError:
         async with semaphore:
+            activity = stalls.start(where)
+            current_rollout.set(activity)  # this task's context: the rollout's requests report to it
             try:
                 t = await aw
             except Exception as exc:  # counted against max_exceptions (or returned), never scored
                 await raise_if_server_died(exc, pbar_desc)
-                return failed(exc, returned)
+                return failed(stalled_or(exc), returned)
+            finally:
+                stalls.finish(activity)
         if not isinstance(t, Trajectory):
             raise TypeError(f"a rollout returned {type(t).__name__}; rollouts must return a Trajectory")
         try:
@@ -295,12 +409,16 @@ async def gather_trajectory_groups(
                 metadata=p.metadata,
             )
         else:
+            activity = stalls.start(f"group {g}")
+            current_rollout.set(activity)
             try:
                 group = await p
             except Exception as exc:
                 await raise_if_server_died(exc, pbar_desc)
-                failed(exc)
+                failed(stalled_or(exc))
                 return []
+            finally:
+                stalls.finish(activity)
             if isinstance(group, PendingGroup):
                 return await run_group(group, g)
             refuse_non_finite(group, g)
@@ -321,6 +439,7 @@ async def gather_trajectory_groups(
         return outs
 
     tasks = [asyncio.ensure_future(run_group(p, g)) for g, p in enumerate(pending)]
+    watcher = asyncio.ensure_future(stalls.watch())
     try:
         finished = await asyncio.gather(*tasks)
     except BaseException:
@@ -330,6 +449,7 @@ async def gather_trajectory_groups(
         _close_unstarted(pending)
         raise
     finally:
+        watcher.cancel()
         progress.close()
     return [g for gs in finished for g in gs if g is not None]
 
@@ -349,11 +469,13 @@ async def gather_trajectories(
     pbar_total_completion_tokens: bool = True,
     max_exceptions: int | float = 0,
     max_metrics: int | None = None,
+    stall_report_s: float | None = None,
 ) -> list[Any]:
     """Run rollouts that are not grouped (e.g. an evaluation) and return their results in input order.
 
     Each awaitable returns a Trajectory (or an iterable of them, kept as a list). Within
-    `max_exceptions`, a failed rollout's exception is returned in its place, as ART does.
+    `max_exceptions`, a failed rollout's exception is returned in its place, as ART does. A stuck evaluation
+    says so as a gather does (`stall_report_s`, StallReport).
 
         results = await gather_trajectories((rollout(model, s) for s in val_scenarios), max_exceptions=2)
         trajectories = [r for r in results if isinstance(r, Trajectory)]
@@ -361,10 +483,12 @@ async def gather_trajectories(
     items = list(trajectories)
     limit = exception_limit(max_exceptions, len(items))
     progress = _Progress(pbar_desc, 0, len(items), pbar_total_completion_tokens, max_metrics)
+    stalls = StallReport(pbar_desc, stall_report_s)
     failures: list[BaseException] = []
 
     async def fail(exc: BaseException) -> BaseException:
         await raise_if_server_died(exc, pbar_desc)
+        exc = stalled_or(exc)
         failures.append(exc)
         progress.exception()
         if len(failures) > limit:
@@ -372,10 +496,14 @@ async def gather_trajectories(
         return exc
 
     async def run(aw: Awaitable[Any], i: int) -> Any:
+        activity = stalls.start(f"rollout {i}")
+        current_rollout.set(activity)
         try:
             out = await aw
         except Exception as exc:
             return await fail(exc)
+        finally:
+            stalls.finish(activity)
         outs = [out] if isinstance(out, Trajectory) else list(out)
         for t in outs:
             if not isinstance(t, Trajectory):
@@ -390,7 +518,9 @@ async def gather_trajectories(
             progress.trajectory(t)
         return out if isinstance(out, Trajectory) else outs
 
+    watcher = asyncio.ensure_future(stalls.watch())
     try:
         return list(await asyncio.gather(*(run(aw, i) for i, aw in enumerate(items))))
     finally:
+        watcher.cancel()
         progress.close()

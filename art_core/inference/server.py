@@ -65,11 +65,12 @@ SERVER_KEEP_ALIVE_S = 75
 CLIENT_KEEP_ALIVE_S = 3.0
 
 
-class _ResendOnDroppedConnection(httpx.AsyncHTTPTransport):
+class _ResendOnDroppedConnection(http_client.WatchedTransport):
     """Sends a request a second time, on a fresh connection, when the first attempt's connection closed or
     reset before any response came back. That is a connection the server (or a proxy between) closed while
     idle, just as it was reused; nothing was answered, so sending again is safe for sampling requests.
-    Once only: a server that died refuses the new connection at once and the error shows."""
+    Once only: a server that died refuses the new connection at once and the error shows. Each attempt is
+    watched (http_client.WatchedTransport): one the server is not working on fails within seconds."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
