@@ -299,8 +299,11 @@ class StallReport:
 
     async def refresh_servers(self) -> None:
         """Fresh counts from each server waited on, each read within a few seconds (the report goes out anyway)."""
-        watches = [w for w in map(watched_server, self.servers()) if w is not None]
-        await asyncio.wait([asyncio.ensure_future(w.refresh()) for w in watches] or [asyncio.sleep(0)], timeout=5.0)
+        refreshes = [asyncio.ensure_future(w.refresh()) for w in map(watched_server, self.servers()) if w is not None]
+        if refreshes:
+            _, late = await asyncio.wait(refreshes, timeout=5.0)
+            for task in late:
+                task.cancel()
 
     def describe(self, now: float) -> str:
         """The report: the gather, how long it has been quiet, each unfinished rollout and each server's counts."""

@@ -12,6 +12,10 @@ a crash in between must not roll out again. An unreadable file is rolled out aga
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from typing import Any, Iterator
+
 from prefect import get_run_logger, task
 
 from art_core.fanout import Replicas
@@ -55,18 +59,20 @@ def gather_trajectories(
             return replicas.endpoints(ref.base_model, max_lora_rank=rank)
         return endpoint_for(ref.base_model, inference_url, max_lora_rank=rank, options=server)
 
-    outcome = gather_step(
-        ref,
-        rollout,
-        step,
-        checkpoint_fingerprint,
-        run=run_sync,
-        endpoint=endpoints,
-        sample_step=sample_step,
-        oldest_reusable=oldest_reusable,
-        replicas=replicas,
-    )
-    get_run_logger().info(
+    logger = get_run_logger()
+    with gather_warnings_to(logger):  # a stuck gather's report and failed rollouts show in the task's log
+        outcome = gather_step(
+            ref,
+            rollout,
+            step,
+            checkpoint_fingerprint,
+            run=run_sync,
+            endpoint=endpoints,
+            sample_step=sample_step,
+            oldest_reusable=oldest_reusable,
+            replicas=replicas,
+        )
+    logger.info(
         "checkpoint %d: %s %d rollouts, reward %.3f -> %s",
         step,
         "reused" if outcome.reused else "rolled out",
@@ -75,3 +81,25 @@ def gather_trajectories(
         outcome.uri,
     )
     return outcome
+
+
+@contextlib.contextmanager
+def gather_warnings_to(logger: Any) -> Iterator[None]:
+    """Send art_core.gather's warnings (a stuck gather's report, a failed rollout) to `logger` (the task's run
+    logger, which the Prefect UI shows) while the block runs; from any thread, as rollouts may run in another."""
+    source = logging.getLogger("art_core.gather")
+    handler = _Forward(logger)
+    source.addHandler(handler)
+    try:
+        yield
+    finally:
+        source.removeHandler(handler)
+
+
+class _Forward(logging.Handler):
+    def __init__(self, logger: Any) -> None:
+        super().__init__(logging.WARNING)
+        self.logger = logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.logger.log(record.levelno, "%s", record.getMessage())

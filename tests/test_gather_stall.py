@@ -70,3 +70,19 @@ def test_the_setting_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv("ART_GATHER_STALL_S")
     assert StallReport("gather").after_s == 120.0  # the default
     assert StallReport("gather", after_s=0).after_s == 0  # off
+
+
+async def test_the_prefect_task_shows_the_report_in_its_log():
+    from tasks.gather import gather_warnings_to
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            shown.append(record.getMessage())
+
+    shown: list[str] = []
+    run_logger = logging.getLogger("test_gather_stall.run_logger")  # stands for get_run_logger() in the task
+    run_logger.addHandler(Kept())
+    with gather_warnings_to(run_logger):
+        await gather_trajectories([_think(1.0)], pbar_desc="gather step 0", stall_report_s=0.5)
+    assert shown and shown[0].startswith("gather 'gather step 0': no rollout progressed for")
+    assert logging.getLogger("art_core.gather").handlers == []  # removed after the task
