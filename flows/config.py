@@ -415,7 +415,7 @@ class EvaluateConfig(_Strict):
     run: RunConfig = Field(description="The run whose model is evaluated (storage, environment, eval settings).")
     steps: list[int] = Field(default_factory=list, description="Steps to evaluate; empty means the latest.")
     baseline_step: int | None = Field(
-        0, ge=0, description="Step shown as the baseline (0: the untrained base model); None for none."
+        0, ge=0, description="Step shown as the baseline (0: the untrained base model); None: no baseline step."
     )
     baseline_model: str | None = Field(
         None,
@@ -598,8 +598,12 @@ def _refs(prop: dict[str, Any]) -> list[str]:
 
 
 def _none_means(description: str) -> str:
-    found = re.search(r"\bNone\b(?: means|:|,)?\s*(.+?)(?:\.\s|\.$|;|$)", description or "")
-    return found.group(1) if found else "the default"
+    """What a field's description says None (or leaving it empty) does, for the form to show."""
+    for cue in (r"\bNone\b(?: means|:|,)?", r"\b[Ll]eave empty:", r"\b[Dd]efault:"):
+        found = re.search(cue + r"\s*(.+?)(?:\.\s|\.$|;|$)", description or "")
+        if found:
+            return found.group(1)
+    return "not set"
 
 
 def _optional_as_empty(prop: dict[str, Any]) -> None:

@@ -21,7 +21,8 @@ def _deploy_parameters(storage_url: str, base_model: str) -> dict:
     with open(os.path.join(REPO, "deployments", "prefect.yaml")) as f:
         (dep,) = [d for d in yaml.safe_load(f)["deployments"] if d["name"] == "deploy"]
     config = dep["parameters"]["config"]
-    config["run"] = {**config["run"], "storage_url": storage_url, "base_model": base_model, "project": "flowproj"}
+    run = {"storage_url": storage_url, "base_model": base_model, "project": "flowproj", "model": "agent-001"}
+    config["run"] = {**config["run"], **run}
     return config
 
 
