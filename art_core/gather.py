@@ -145,18 +145,11 @@ async def raise_if_server_died(exc: BaseException, desc: str | None) -> None:
 
 
 def stalled_or(exc: BaseException) -> BaseException:
-    """The `ServerStalled` behind `exc` (which names the server and what it reported), else `exc` itself: the
-    openai client raises a stalled request as `APITimeoutError: Request timed out.`, which names neither."""
-    from art_core.inference.http_client import ServerStalled
+    """The `ServerStalled` behind `exc` (naming the server, what it reported, and its log when we started it),
+    else `exc` itself: the openai client raises a stalled request as `APITimeoutError: Request timed out.`."""
+    from art_core.inference.dead_server import stalled_behind
 
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        if isinstance(e, ServerStalled):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return exc
+    return stalled_behind(exc) or exc
 
 
 def _as_pending(group: Any) -> PendingGroup | Awaitable[Any]:

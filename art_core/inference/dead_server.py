@@ -7,6 +7,10 @@ exited), returns a `ServerDied` naming the server (model, address, process id), 
 signal) and the tail of its log. The gather raises it at once instead of counting another rollout failure:
 every later request to that server fails the same way.
 
+A request such a server holds without working on it fails as `ServerStalled` (art_core.inference.http_client);
+`stalled_behind(exc)` finds it behind the openai client's `APITimeoutError` and, when the server is one we
+started, adds its model, process id and log's tail, as for a dead one.
+
     try:
         trajectory = await rollout(...)
     except Exception as exc:
@@ -22,7 +26,8 @@ import time
 
 import httpx
 
-from art_core.inference.server import ServerDied, VLLMServer, started_servers
+from art_core.inference.http_client import ServerStalled
+from art_core.inference.server import ServerDied, VLLMServer, exit_description, started_servers
 
 # A connection refused or reset reaches the client while the killed process is still being torn down;
 # its exit status shows a few milliseconds later. How long to wait for it before blaming something else.
@@ -92,3 +97,30 @@ async def server_died_behind(exc: BaseException, when: str = "") -> ServerDied |
         if time.monotonic() >= deadline:
             return None
         await asyncio.sleep(0.05)
+
+
+def stalled_behind(exc: BaseException) -> ServerStalled | None:
+    """The `ServerStalled` in `exc`'s chain (None if there is none), with the model, process id and log tail
+    of the server when this process started it.
+
+    >>> stalled_behind(ValueError("no")) is None
+    True
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen and not isinstance(e, ServerStalled):
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    if not isinstance(e, ServerStalled):
+        return None
+    url = _request_url(e)
+    ours = [s for s in started_servers() if url is not None and _serves(s, url)]
+    if not ours:
+        return e
+    server = ours[0]
+    state = exit_description(server.proc.poll() if server.proc is not None else None)
+    about = f"The vLLM server there serves {server.config.model} (pid {server.pid}, {state})."
+    stalled = ServerStalled(f"{e}\n{about}\n{server.describe_log(20)}", request=e.request)
+    stalled.__cause__ = e.__cause__
+    stalled.__traceback__ = e.__traceback__
+    return stalled

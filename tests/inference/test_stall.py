@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 
 import pytest
 
-from art_core.gather import gather_trajectory_groups
+from art_core.gather import TooManyExceptions, gather_trajectory_groups
 from art_core.inference.http_client import ServerStalled, parse_metrics
-from art_core.inference.server import openai_client
+from art_core.inference.server import ServerConfig, VLLMServer, openai_client
 from art_core.trajectories import Trajectory
 
 STALL_S = 2.0
@@ -149,6 +150,43 @@ async def test_a_server_without_vllm_metrics_is_never_judged():
     async with LoopbackServer(404, 2 * STALL_S) as hosted:
         t = await _rollout(hosted.root)
     assert t.metadata["answer"] == "hello" and t.metrics["seconds"] >= 2 * STALL_S
+
+
+LOSING_VLLM = """
+import http.server, sys, time
+print("stand-in vLLM: serving; chat requests are lost", flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'vllm:num_requests_running{engine="0"} 0.0\\nvllm:num_requests_waiting{engine="0"} 0.0\\n'
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        time.sleep(600)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+class _LosingServer(VLLMServer):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", LOSING_VLLM, str(self.port)]
+
+
+async def test_a_stalled_server_we_started_is_named_with_its_pid_and_log(tmp_path):
+    server = _LosingServer(ServerConfig(model="/models/tiny", log_path=str(tmp_path / "server.log"))).start()
+    pid = server.pid
+    try:
+        with pytest.raises(TooManyExceptions) as info:
+            await gather_trajectory_groups([[_rollout(server.root_url)]], pbar_desc=None)
+    finally:
+        server.stop()
+    stalled = info.value.__cause__
+    assert isinstance(stalled, ServerStalled)
+    message = str(stalled)
+    assert f"the server at {server.root_url} is not working on POST /v1/chat/completions" in message
+    assert f"The vLLM server there serves /models/tiny (pid {pid}, is still running)." in message
+    assert f"Last lines of {server.log_path}" in message and "stand-in vLLM: serving" in message
 
 
 def test_metrics_are_summed_over_engines():
