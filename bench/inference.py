@@ -107,9 +107,7 @@ class Endpoint:
         """All rollouts at once, each `turns` turns long; returns (generated tokens, seconds)."""
         from art_core.trajectories import choice_to_message
 
-        client = self.model.openai_client()
-
-        async def rollout(i: int) -> int:
+        async def rollout(client, i: int) -> int:
             messages, generated = first_messages(i), 0
             for t in range(turns):
                 choice, n = await self.turn(client, messages, seed=1000 * i + t, max_tokens=tokens)
@@ -117,10 +115,18 @@ class Endpoint:
                 messages += [choice_to_message(choice), follow_up(t)]
             return generated
 
-        if warm_up:
-            await asyncio.gather(*(self.turn(client, first_messages(i), i, 8) for i in range(rollouts)))
-        t0 = time.perf_counter()
-        counts = await asyncio.gather(*(rollout(i) for i in range(rollouts)))
+        # Closed at the end: its pooled connections would otherwise outlive this server (in CLOSE-WAIT once the
+        # server is stopped) for the rest of the bench.
+        async with self.model.openai_client() as client:
+            try:
+                if warm_up:
+                    await asyncio.gather(*(self.turn(client, first_messages(i), i, 8) for i in range(rollouts)))
+                t0 = time.perf_counter()
+                counts = await asyncio.gather(*(rollout(client, i) for i in range(rollouts)))
+            except Exception:
+                server = self.backend.server_for(self.model)
+                print(f"our server failed a request; {server.describe_log(30)}", file=sys.stderr, flush=True)
+                raise
         return sum(counts), time.perf_counter() - t0
 
 
@@ -234,8 +240,10 @@ class PlainServer:
     async def run(self, rollouts: int, turns: int, tokens: int) -> tuple[int, float]:
         import openai
 
-        client = openai.AsyncOpenAI(base_url=self.server.base_url, api_key="none", max_retries=0)
+        async with openai.AsyncOpenAI(base_url=self.server.base_url, api_key="none", max_retries=0) as client:
+            return await self._run(client, rollouts, turns, tokens)
 
+    async def _run(self, client, rollouts: int, turns: int, tokens: int) -> tuple[int, float]:
         async def rollout(i: int) -> int:
             messages, generated = first_messages(i), 0
             for t in range(turns):
