@@ -3,6 +3,8 @@
     .venv/bin/python bench/trainer.py            # prints the table; writes bench/results/trainer-cpu.txt
     .venv/bin/python bench/trainer.py --steps 3  # quicker
     .venv/bin/python bench/trainer.py --memory   # peak RSS of one default step, Qwen's vocabulary, CPU
+    .venv/bin/python bench/trainer.py --retail --real --steps 2   # shared prefixes on vs off, retail episodes
+    .venv/bin/python bench/trainer.py --retail --device cuda --shape 1.5b --retail-groups 8
     .venv/bin/python bench/trainer.py --device cuda --shape 7b   # random Qwen2.5-7B shape on one GPU
 
 CPU (the default) and --memory are described here; --device cuda is described at `cuda_bench`.
@@ -414,6 +416,127 @@ def cpu_bench(steps: int, tokens_per_row: int | None, out: str, real: bool = Fal
     _write(lines, out)
 
 
+def retail_groups(tokenizer, n_groups: int, size: int, seed: int = 0):
+    """Groups of `size` retail episodes per scenario: the real policy, tools, customer and tool turns.
+
+    Each scenario is the retail expert's demonstration (art_core.envs.customer_service.expert, the scripted
+    customer and the real tools, 5-10 assistant turns). Its assistant turns become sampled Choices (the
+    turn's text, tool calls in hermes format, re-tokenized, plus <|im_end|>); rollout k of a group starts each
+    of its turns with 1-6 random tokens and may stop one or two turns early, so rollouts diverge at their
+    first sampled token, as sampled ones do. Shared per group: the policy, the tool list and the customer's
+    opening (about 1.9k tokens with SmolLM2's tokenizer).
+    """
+    import json
+
+    from rollouts_hf import make_choice
+
+    from art_core.envs.customer_service.expert import build_demonstrations
+    from art_core.trajectories import Trajectory, TrajectoryGroup
+
+    rng = random.Random(seed)
+    rows = build_demonstrations("retail", limit=n_groups * 3, seed=seed).rows
+    rows = sorted(rows, key=lambda r: -len(r["messages"]))[:n_groups]  # the longest: several turns each
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    vocab = min(len(tokenizer), 40_000)
+    groups = []
+    for row in rows:
+        assistant = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
+        trajs = []
+        for _ in range(size):
+            cut = assistant[max(2, len(assistant) - 1 - rng.randint(0, 2))]  # keep >= 3 assistant turns
+            items = []
+            for m in row["messages"][: cut + 1]:
+                if m["role"] != "assistant":
+                    items.append(m)
+                    continue
+                text = m.get("content") or ""
+                for call in m.get("tool_calls") or []:
+                    fn = call["function"]
+                    args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
+                    text += f'<tool_call>\n{{"name": "{fn["name"]}", "arguments": {args}}}\n</tool_call>'
+                ids = [rng.randrange(300, vocab) for _ in range(rng.randint(1, 6))]
+                ids += tokenizer.encode(text, add_special_tokens=False) + [end]
+                items.append(make_choice(ids, [-1.0 - rng.random() for _ in ids], text, finish_reason="stop"))
+            trajs.append(Trajectory(messages_and_choices=items, tools=row["tools"], reward=rng.random()))
+        groups.append(TrajectoryGroup(trajs))
+    return groups
+
+
+def retail_bench(
+    steps: int, out: str, real: bool, n_groups: int, dtype: str = "auto", shape: str | None = None
+) -> None:
+    """Shared prefixes on vs off on retail episodes (`retail_groups`), same model, same groups, interleaved
+    step by step (on, off, on, off, ...) after one warm-up step each; default TrainConfig otherwise.
+
+    `shape` ('1.5b', '7b', ...): a random Qwen2.5-shaped model on the GPU instead (the tiny tokenizer)."""
+    import resource
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from art_core.storage import Storage
+    from art_core.testing.tiny_model import build_tiny_model, model_info
+    from art_core.training.config import TrainConfig
+    from art_core.training.trainer import train_grpo_step
+
+    with tempfile.TemporaryDirectory(prefix="bench-retail-") as workdir:
+        if shape:
+            model_path, params = build_shaped_model(os.path.join(workdir, shape), shape, "cuda")
+            name = f"random Qwen2.5-{shape} shape ({params / 1e9:.2f}B parameters) on {torch.cuda.get_device_name()}"
+        elif real:
+            from art_core.base_models import smollm2
+
+            model_path, name = str(smollm2()), "SmolLM2-135M-Instruct (registry GGUF, dequantized)"
+        else:
+            model_path = build_tiny_model(os.path.join(workdir, "small"), size="small")
+            name = f"tiny 'small' ({model_info(model_path)['parameters'] / 1e6:.1f}M parameters)"
+        groups = retail_groups(AutoTokenizer.from_pretrained(model_path), n_groups, 8)
+        store = Storage(os.path.join(workdir, "store"))
+        sides = {"shared": TrainConfig(learning_rate=1e-5, dtype=dtype), "whole": None}
+        sides["whole"] = sides["shared"].model_copy(update={"share_prefixes": False})
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        metrics: dict[str, dict] = {}
+        for step in range(steps + 1):
+            for side, config in sides.items():
+                t0 = time.perf_counter()
+                metrics[side] = train_grpo_step(
+                    base_model=model_path,
+                    groups=groups,
+                    config=config,
+                    storage=store,
+                    project="b",
+                    name=side,
+                    step=step,
+                ).metrics
+                if shape:
+                    torch.cuda.synchronize()
+                times[side].append(time.perf_counter() - t0)
+                print(side, step, round(times[side][-1], 2), flush=True)
+    m = metrics["shared"]
+    lines = [
+        f"bench/trainer.py --retail{' --real' if real else ''}{f' --shape {shape}' if shape else ''}  "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  "
+        f"torch {torch.__version__}, {_machine()}, {torch.get_num_threads()} threads",
+        f"model: {name}, LoRA r 8 on all projections, {'bf16' if m['bf16'] else 'fp32'} (dtype {dtype}), default "
+        "TrainConfig (lr 1e-5); shared = share_prefixes True (the default), whole = False",
+        f"step: {n_groups} retail scenarios x 8 rollouts = {m['trained_trajectories']} episodes, "
+        f"{m['tokens_in_batch']} tokens in the batch ({m['trainable_tokens']} trained)",
+        f"median of {steps} steps after a warm-up step each, interleaved (shared, whole, shared, ...):",
+    ]
+    for side in sides:
+        t, x = statistics.median(times[side][1:]), metrics[side]
+        lines.append(
+            f"  {side:6s}: {t:7.2f} s/step  tokens computed {x['tokens_computed']:6d} of {x['tokens_in_batch']} in the "
+            f"batch ({x['tokens_computed'] / x['tokens_in_batch']:.2f}), {x['tokens_in_batch'] / t:6.0f} batch tokens/s, "
+            f"{x['passes']} passes of <= {x['tokens_per_pass']} tokens, step peak {x['peak_memory_gib']:.2f} GiB, "
+            f"loss {x['loss']:.6f}, steps {[round(v, 2) for v in times[side][1:]]}"
+        )
+    whole, shared = statistics.median(times["whole"][1:]), statistics.median(times["shared"][1:])
+    lines.append(f"speed-up from sharing: {whole / shared:.2f}x")
+    lines.append(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    _write(lines, out)
+
+
 def _cuda_child(
     side: str, model_path: str, steps: int, device: str, gpu_gib: float | None = None, profile: str | None = None
 ) -> None:
@@ -647,6 +770,13 @@ def main() -> None:
     )
     parser.add_argument("--memory", action="store_true", help="peak RSS of one default step with Qwen's vocabulary")
     parser.add_argument("--real", action="store_true", help="CPU: SmolLM2-135M-Instruct instead of the tiny model")
+    parser.add_argument(
+        "--retail",
+        action="store_true",
+        help="shared prefixes on vs off on retail episodes (groups of 8); CPU, or a random --shape with --device cuda",
+    )
+    parser.add_argument("--retail-groups", type=int, default=2, help="--retail: scenarios (groups of 8) per step")
+    parser.add_argument("--dtype", default="auto", help="--retail: TrainConfig.dtype")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--cuda-child", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--groups", type=int, default=8, help=argparse.SUPPRESS)
@@ -662,6 +792,12 @@ def main() -> None:
         _memory_child(args.memory_child, args.groups)
     elif args.cuda_child:
         _cuda_child(args.cuda_child[0], args.cuda_child[1], args.steps, args.device, args.gpu_gib, args.profile)
+    elif args.retail:
+        shape = args.shape if args.device == "cuda" else None
+        default = f"trainer-retail-{f'cuda-{shape}' if shape else 'real-cpu' if args.real else 'cpu'}.txt"
+        retail_bench(
+            args.steps, args.out or os.path.join(results, default), args.real, args.retail_groups, args.dtype, shape
+        )
     elif args.memory:
         memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
     elif args.device == "cuda" or args.shape == "memory":
