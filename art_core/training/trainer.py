@@ -12,11 +12,12 @@ One step, as a reader would follow it:
  4. size a forward pass from the model and the memory budget (memory.py), switch attention to the
     packed mode (attention.py), activation checkpointing on only where memory needs it, and the LoRA
     linears to their fused forward (fused_lora.py),
- 5. per mini-batch: aggregation weights, pack into rows and passes (packing.py), forward + chunked
-    log-probs (logprobs.py) + loss (losses.py) + backward per pass (gradient accumulation), clip the
-    gradient norm, one AdamW step,
+ 5. per mini-batch: aggregation weights, pack into rows and passes (packing.py; the prefix a group's
+    sequences share computed once, prefixes.py), forward + chunked log-probs (logprobs.py) + loss
+    (losses.py) + backward per pass (gradient accumulation), clip the gradient norm, one AdamW step,
  6. save checkpoint `step + 1` with the tokenizer (checkpoints.py) and return its metrics, which say
-    what the memory defaults chose: tokens_per_pass, passes, peak_memory_gib.
+    what the memory defaults chose: tokens_per_pass, passes, peak_memory_gib, and what sharing saved:
+    tokens_computed vs tokens_in_batch.
 
 Errors vs warnings. A problem with one trajectory or group (an empty group, a trajectory without a
 sampled Choice or without logprobs, a NaN reward, a sequence longer than max_seq_len) is a
@@ -296,6 +297,8 @@ def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -
 
 
 def _train_grpo_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
+    import torch
+
     started = time.time()
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -320,7 +323,9 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
         "entropy": 0.0,
         "grad_norm": 0.0,
         "trainable_tokens": 0,
-        "tokens": 0,
+        "tokens": 0,  # tokens of the trained sequences, each counted whole (tokens_in_batch)
+        "tokens_in_batch": 0,
+        "tokens_computed": 0,  # what the passes computed: a group's shared prefix once (prefixes.py)
         "trained_trajectories": len(seqs),
         "learning_rate": config.learning_rate,
         "tokens_per_pass": tokens_per_forward,
@@ -328,7 +333,7 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
         "passes": 0,
         "peak_memory_gib": 0.0,
         "gradient_checkpointing": int(checkpointing),
-        "bf16": int(next(model.parameters()).dtype == _bf16()),  # precision.py: the dtype 'auto' chose
+        "bf16": int(next(model.parameters()).dtype == torch.bfloat16),  # precision.py: the dtype 'auto' chose
     }
     if config.beta > 0:
         metrics["kl"] = 0.0
@@ -339,23 +344,31 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
         log.warning("step %d of %s/%s trains nothing: %s", step, project, name, metrics["nothing_trained_reason"])
     else:
         fresh = dict(metrics)
-        out_of_memory = False
-        with (
-            packed_attention(model, attention),
-            fused_lora(model, config.experimental_fused_lora),
-            PeakMemory(device) as peak,
-        ):
+        for attempt in range(2):  # a second try only after running out of CUDA memory without checkpointing
             try:
-                _run_passes(
-                    model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
-                )
+                with (
+                    packed_attention(model, attention),
+                    fused_lora(model, config.experimental_fused_lora),
+                    PeakMemory(device) as peak,
+                ):
+                    _run_passes(
+                        model,
+                        optimizer,
+                        seqs,
+                        config,
+                        step,
+                        metrics,
+                        tokens_per_row,
+                        tokens_per_forward,
+                        attention,
+                        pad_id,
+                    )
+                break
             except Exception as exc:
                 # Only a pass sized by the defaults without checkpointing is retried; the traceback is let go
                 # first (it holds the activations), then the step reruns from checkpoint `step`.
-                if checkpointing or config.gradient_checkpointing is not None or not _is_oom(exc):
+                if attempt or checkpointing or config.gradient_checkpointing is not None or not _is_oom(exc):
                     raise
-                out_of_memory = True
-        if out_of_memory:
             log.warning(
                 "step %d of %s/%s ran out of CUDA memory without activation checkpointing (%d tokens a pass); "
                 "rerunning it with checkpointing (set TrainConfig.memory_budget_gib lower to size passes for "
@@ -371,14 +384,6 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
             _set_checkpointing(model, checkpointing)
             metrics = {**fresh, "tokens_per_pass": tokens_per_forward, "tokens_per_row": tokens_per_row}
             metrics.update(gradient_checkpointing=1, out_of_memory_retries=1)
-            with (
-                packed_attention(model, attention),
-                fused_lora(model, config.experimental_fused_lora),
-                PeakMemory(device) as peak,
-            ):
-                _run_passes(
-                    model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
-                )
         metrics["peak_memory_gib"] = round(peak.gib, 3)
     metrics["seconds"] = time.time() - started
     path = save_checkpoint(
@@ -394,12 +399,6 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
     state.owner = (storage.root, project, name, step + 1)
     metrics["seconds"] = time.time() - started  # including the checkpoint write
     return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
-
-
-def _bf16() -> Any:
-    import torch
-
-    return torch.bfloat16
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -424,6 +423,48 @@ def _reset_after_oom(state: _Loaded, storage: Storage, project: str, name: str, 
     return state.optimizer
 
 
+def tree_tokens(model: Any, config: TrainConfig, tokens_per_row: int, longest: int) -> int:
+    """Tokens one shared-prefix tree may hold (prefixes.py). With rows and passes sized by default, what the
+    memory allows one row at the step's checkpointing: the activation budget on CUDA (passes stop at
+    memory.MAX_TOKENS because larger ones run no faster, but a group split over two rows computes its prefix
+    twice), memory.cpu_sequence_budget on CPU (a pass holds one whole sequence whatever its 1 GiB budget).
+    Else a packed row. A tree larger than a row gets a row (and a pass) of its own, as a long sequence does.
+
+    >>> tree_tokens(model, TrainConfig(tokens_per_row=2048), 2048, 900)       # doctest: +SKIP
+    2048
+    """
+    from art_core.training.memory import SAFETY, cpu_sequence_budget
+
+    if config.tokens_per_row is not None or config.tokens_per_forward is not None:
+        return tokens_per_row
+    param = next(model.parameters())
+    checkpointing = bool(model.get_base_model().is_gradient_checkpointing)
+    per_token = model_per_token_bytes(model.config, param.element_size(), checkpointing)
+    if param.device.type == "cpu":
+        budget = cpu_sequence_budget()
+    else:
+        budget = activation_budget(param.device, config.memory_budget_gib)
+    return max(tokens_per_row, longest, int(budget / (SAFETY * per_token)))
+
+
+def prefix_sharing_off_reason(config: TrainConfig, attention: str) -> str | None:
+    """Why a step packs whole sequences instead of sharing its groups' prefixes (prefixes.py); None: it shares.
+
+    >>> prefix_sharing_off_reason(TrainConfig(), "segments") is None
+    True
+    """
+    if not config.share_prefixes:
+        return "TrainConfig.share_prefixes is False"
+    if attention == "mask":
+        return (
+            "packed_attention 'mask' takes transformers' mask, built from restarting position ids, which cannot "
+            "let several suffixes attend to one prefix; use 'auto'"
+        )
+    if config.lora_dropout > 0:
+        return "lora_dropout > 0 would draw one dropout mask for a shared prefix instead of one per sequence"
+    return None
+
+
 def _run_passes(
     model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
 ) -> None:
@@ -442,19 +483,26 @@ def _run_passes(
     total = LossStats()
     entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
     params = [p for p in model.parameters() if p.requires_grad]
+    off_reason = prefix_sharing_off_reason(config, attention)
     packed = [
-        (
-            pack_sequences(
-                batch,
-                AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]),
-                tokens_per_row,
-                device,
-                tokens_per_forward,
-                pad_id,
-            )
+        pack_sequences(
+            batch,
+            AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]),
+            tokens_per_row,
+            device,
+            tokens_per_forward,
+            pad_id,
+            share_prefixes=off_reason is None,
+            tree_tokens=tree_tokens(model, config, tokens_per_row, max(len(s) for s in batch)),
         )
         for batch in batches
     ]
+    parts_of_step = [part for parts in packed for part in parts]
+    metrics["tokens_in_batch"] = sum(part.in_batch_tokens for part in parts_of_step)
+    metrics["tokens_computed"] = sum(part.real_tokens for part in parts_of_step)
+    metrics["shared_prefixes"] = sum(part.shared_prefixes for part in parts_of_step)
+    if off_reason is not None:
+        metrics["prefix_sharing_off_reason"] = off_reason
     if config.old_logprobs == "recompute":
         # Score every part with the policy as it is before this step's first update.
         with torch.no_grad():
@@ -498,7 +546,7 @@ def _run_passes(
                 metrics["kl_to_sampler"] += float((d.exp() - d - 1).sum())
             if entropy is not None:
                 entropy_sum += float(entropy.sum())
-            metrics["tokens"] += part.num_tokens
+            metrics["tokens"] += part.in_batch_tokens  # the step's sequences, whole: the work a step delivers
             metrics["passes"] += 1
         norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
         grad_norms.append(float(norm))
