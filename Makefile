@@ -42,7 +42,7 @@ export WANDB_MODE ?= offline
 # weave (ART's @weave.op) and wandb report errors to Sentry over the network, which is closed here.
 export WANDB_ERROR_REPORTING ?= false
 
-.PHONY: install lock lint sky test demo demo-tiny bench clean
+.PHONY: install lock lint sky test demo demo-tiny demo-agent bench clean
 
 install: $(STAMP)
 
@@ -106,6 +106,11 @@ demo: install
 # The tiny random-weight model on the color quiz (about 2 minutes): the Prefect deployments' default run.
 demo-tiny: install
 	$(PY) -m flows.demo
+
+# The customer-service job: SmolLM2-135M on retail, expert demonstrations -> SFT -> GRPO, then base / SFT /
+# SFT+GRPO / never-acts per task category on 40 held-out tasks x 3 tries (ARGS="--domain airline --seed 1").
+demo-agent: install
+	$(PY) -m flows.demo_agent $(ARGS)
 
 bench: install
 	$(PY) bench/inference.py && $(PY) bench/trainer.py && $(PY) bench/ruler.py && $(PY) bench/pipeline.py

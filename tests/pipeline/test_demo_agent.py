@@ -1,0 +1,39 @@
+"""`make demo-agent` (flows.demo_agent) end to end on the tiny model: expert demonstrations -> SFT -> GRPO in one
+train-flow run, then base / SFT / SFT+GRPO evaluated on the same val tasks beside the never-acts policy, per
+category, through the real Prefect test server and a real vLLM server. The tiny model learns nothing; what is
+checked is what a user reads: every row of the table, the write pass^1 headline that never-acts cannot pass,
+the phases timed, and a re-run that trains nothing again.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+
+def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
+    prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch, capsys
+):
+    from flows.demo_agent import main
+
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
+    monkeypatch.setenv("ART_TINY_MODEL", tiny_model_path)
+    argv = ["--tiny", "--storage", str(tmp_path / "art"), "--inference-url", vllm_endpoint.base_url]
+    argv += ["--demonstrations", "3", "--sft-epochs", "1", "--grpo-steps", "1", "--scenarios", "3", "--tries", "2"]
+    result = main(argv)
+    out = capsys.readouterr().out
+
+    summary = result["train"]
+    assert summary.phases == {1: "sft", 2: "grpo"} and summary.trained_steps == [2]
+    reports = result["reports"]
+    assert [r.step for r in list(reports.values())[1:]] == [0, 1, 2]  # base, SFT, SFT+GRPO
+    never = reports["never acts"]  # retail's first 3 val tasks: refuse, write, write
+    assert set(never.by_category) == {"write", "refuse"} and never.headline.metric == "write pass^1"
+    assert never.headline.value == 0.0 and never.by_category["refuse"].pass_k[1] == 1.0
+    for label in ("never acts", "base model (step 0)", "SFT (step 1)", "SFT+GRPO (step 2)"):
+        assert label in out
+    assert "headline: write pass^1" in out and "seconds per phase: model ready" in out
+
+    again = main(argv)  # finished: from the cache, nothing trained again
+    assert again["train"].trained_steps == [] and again["train"].sft.trained_steps == []
