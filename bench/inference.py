@@ -126,6 +126,7 @@ class Endpoint:
             except Exception:
                 server = self.backend.server_for(self.model)
                 print(f"our server failed a request; {server.describe_log(30)}", file=sys.stderr, flush=True)
+                _print_sockets(server.port)
                 raise
         return sum(counts), time.perf_counter() - t0
 
@@ -222,6 +223,7 @@ class PlainServer:
                 served_model_name="plain",
                 dtype=dtype,
                 enable_lora=adapter is not None,
+                weight_swap=False,  # vLLM's own LoRA (--lora-modules), whatever our servers' default
                 return_tokens_as_token_ids=False,
                 compact_json=False,
                 require_api_key=False,
@@ -269,6 +271,14 @@ class PlainServer:
         t0 = time.perf_counter()
         counts = await asyncio.gather(*(rollout(i) for i in range(rollouts)))
         return sum(counts), time.perf_counter() - t0
+
+
+def _print_sockets(port: int) -> None:
+    """This machine's TCP sockets to or from `port` (ss), for a failure's report."""
+    import subprocess
+
+    out = subprocess.run(["ss", "-tnpo", f"( sport = :{port} or dport = :{port} )"], capture_output=True, text=True)
+    print(f"sockets of port {port}:\n{out.stdout}{out.stderr}", file=sys.stderr, flush=True)
 
 
 def _cache_counters(root_url: str, headers: dict) -> dict[str, float]:
