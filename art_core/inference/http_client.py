@@ -192,9 +192,12 @@ class ServerWatch:
             return
         finally:
             self.polled_at = time.monotonic()
+        if r.status_code >= 500:  # a server in trouble (or shutting down): no sign of work
+            self.failure, self.failures = f"HTTP {r.status_code}", self.failures + 1
+            return
         values = parse_metrics(r.text) if r.status_code == 200 else {}
         if "running" not in values:
-            self.has_metrics = False  # not vLLM's, or not ours to read: no judging this server
+            self.has_metrics = False  # not vLLM's (404), or not ours to read (401, 403): no judging this server
             return
         self.has_metrics, self.failure, self.failures = True, None, 0
         self.seen_at = self.polled_at
