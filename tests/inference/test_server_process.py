@@ -331,10 +331,12 @@ async def test_our_client_sends_again_once_when_a_reused_connection_is_dropped_u
         assert len(attempts) == 2  # sent again once, not forever
 
 
-def test_weight_swap_serves_without_lora():
+def test_weight_swap_serves_without_lora_and_is_the_cpu_default():
     swap = VLLMServer(ServerConfig(model="/m", served_model_name="tiny", weight_swap=True))
     argv = " ".join(swap.command())
     assert "--enable-lora" not in argv
     assert "--worker-extension-cls art_core.inference.weight_swap.SwapWeights" in argv
     assert swap.environment()["ART_WEIGHT_SWAP"] == "1"
+    default = VLLMServer(ServerConfig(model="/m", served_model_name="tiny"))
+    assert default.weight_swap == (default.device == "cpu")  # measured on CPU; CUDA keeps LoRA until measured
     assert "ART_WEIGHT_SWAP" not in VLLMServer(ServerConfig(model="/m", weight_swap=False)).environment()
