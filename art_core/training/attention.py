@@ -9,8 +9,10 @@ registered with transformers ("art_packed") that is told where the segments are:
 
     "segments"  SDPA once per segment (causal), on any device: work and memory grow with the sum of
                 the segments' squared lengths, not the row's; a row may be as long as a whole pass.
+                A suffix of a shared prefix (prefixes.py) attends to the prefix's keys and its own,
+                through a lower-right causal mask.
     "flex"      CUDA with torch's flex_attention: one compiled kernel per layer over a block mask built
-                from the segment ids; blocks that cross segments are skipped.
+                from the segment ids (and each suffix's prefix); blocks that cross segments are skipped.
     "mask"      transformers' own dense block-diagonal mask (the behaviour before; short rows).
 
 Nothing is registered as a mask function for "art_packed", so transformers builds no mask at all.
@@ -74,7 +76,12 @@ def segment_bounds(position_ids: "torch.Tensor") -> list[tuple[int, int, int]]:
 
 
 def _segment_attention(query, key, value, scaling, segments):
-    """query [B, H, L, D], key/value [B, Hkv, L, D] -> [B, H, L, D], attending within each segment."""
+    """query [B, H, L, D], key/value [B, Hkv, L, D] -> [B, H, L, D], attending within each segment.
+
+    `segments` are (row, start, end, context_start, context_end): a segment with a context (a shared prefix,
+    prefixes.py) attends to the context's keys, then to its own causally: SDPA over the concatenated keys with
+    a lower-right causal mask, the positions a query of its unshared sequence would attend to.
+    """
     import torch
     import torch.nn.functional as F
 
@@ -84,12 +91,21 @@ def _segment_attention(query, key, value, scaling, segments):
     # so segments shorter than CPU_BF16_UPCAST_BELOW attend in float32 and come back in bf16.
     upcast = query.device.type == "cpu" and query.dtype == torch.bfloat16
     by_row: dict[int, list] = {}
-    for r, s, e in segments:
-        q, k, v = query[r : r + 1, :, s:e], key[r : r + 1, :, s:e], value[r : r + 1, :, s:e]
-        short = upcast and e - s < CPU_BF16_UPCAST_BELOW
+    for r, s, e, cs, ce in segments:
+        q = query[r : r + 1, :, s:e]
+        if ce == s:  # no context, or the first suffix right after its prefix: the keys are one slice
+            k, v = key[r : r + 1, :, cs:e], value[r : r + 1, :, cs:e]
+        else:
+            k = torch.cat([key[r : r + 1, :, cs:ce], key[r : r + 1, :, s:e]], dim=2)
+            v = torch.cat([value[r : r + 1, :, cs:ce], value[r : r + 1, :, s:e]], dim=2)
+        # Lower-right causal: query i of the segment sees the context and keys up to its own position.
+        mask = torch.ones(e - s, k.shape[2], dtype=torch.bool, device=q.device).tril(ce - cs) if ce > cs else None
+        short = upcast and k.shape[2] < CPU_BF16_UPCAST_BELOW
         if short:
             q, k, v = q.float(), k.float(), v.float()
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scaling, enable_gqa=gqa
+        )
         by_row.setdefault(r, []).append(out.to(query.dtype) if short else out)
     return torch.cat([torch.cat(by_row[r], dim=2) for r in range(query.shape[0])], dim=0)
 
@@ -133,20 +149,37 @@ def _register() -> None:
         _REGISTERED = True
 
 
-def attention_kwargs(position_ids: "torch.Tensor", mode: str) -> dict[str, Any]:
-    """The keyword arguments a decoder forward needs in `mode` ('segments', 'flex'; 'mask' needs none)."""
+def attention_kwargs(
+    position_ids: "torch.Tensor", mode: str, segments: "list[tuple[int, int, int, int, int]] | None" = None
+) -> dict[str, Any]:
+    """The keyword arguments a decoder forward needs in `mode` ('segments', 'flex'; 'mask' needs none).
+
+    `segments` (packing.PackedBatch.segments) say where the segments are and which shared prefix each
+    attends to; without them they are read from the restarting position ids (no shared prefixes).
+    """
     if mode == "mask":
         return {}
+    if segments is None:
+        segments = [(r, s, e, s, s) for r, s, e in segment_bounds(position_ids)]
     if mode == "segments":
-        return {"art_segments": segment_bounds(position_ids)}
+        return {"art_segments": segments}
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
     rows, length = position_ids.shape
-    doc = (position_ids == 0).cumsum(dim=1)  # [R, L] segment number of each token within its row
+    # doc [R, L]: each token's segment; context [R, L]: the segment of the prefix it also attends to (-1: none).
+    doc = torch.full((rows, length), -1, dtype=torch.int32)
+    context = torch.full((rows, length), -1, dtype=torch.int32)
+    first = {(r, s): k for k, (r, s, _e, _cs, _ce) in enumerate(segments)}
+    for k, (r, s, e, cs, ce) in enumerate(segments):
+        doc[r, s:e] = k
+        if ce > cs:
+            context[r, s:e] = first[(r, cs)]
+    doc, context = doc.to(position_ids.device), context.to(position_ids.device)
 
     def same_segment_causal(b, h, q, kv):
-        return (doc[b, q] == doc[b, kv]) & (q >= kv)
+        # A prefix lies before its suffixes in the row, so q >= kv holds for all of it.
+        return ((doc[b, q] == doc[b, kv]) | (context[b, q] == doc[b, kv])) & (q >= kv)
 
     with torch.no_grad():
         mask = create_block_mask(

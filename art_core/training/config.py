@@ -190,6 +190,14 @@ class TrainConfig(BaseModel):
         "(transformers' dense block-diagonal mask: memory grows with the row length squared). 'auto': flex "
         "on CUDA where torch has it, else segments.",
     )
+    share_prefixes: bool = Field(
+        True,
+        description="Compute the tokens a group's sequences share (system prompt, tools, the user's opening) once "
+        "per packed row instead of once per sequence (art_core.training.prefixes): each sequence's rest attends to "
+        "the shared prefix, so loss and gradients are the unshared ones. Needs packed_attention 'segments' or "
+        "'flex' and lora_dropout 0; otherwise the step packs whole sequences and says why in "
+        "metrics['prefix_sharing_off_reason']. History: tokens_computed vs tokens_in_batch.",
+    )
     logit_chunk_tokens: int | None = Field(
         None,
         ge=1,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from art_core.training.packing import first_fit_decreasing
+from art_core.training.bins import first_fit_decreasing
 
 MIN_SHARED_TOKENS = 16  # below this a shared prefix saves less than its extra attention calls cost
 
