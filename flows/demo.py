@@ -138,15 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="with --real: the free-text word quiz, or the price lookup (a tool call, then the answer)",
     )
     args = p.parse_args(argv)
-    for key, value in {
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "TOKENIZERS_PARALLELISM": "false",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    }.items():
-        os.environ.setdefault(key, value)
+    set_demo_environment()
 
     t0 = time.perf_counter()
     if args.real:
@@ -211,6 +203,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _print_summary(config, summary, base, final, time.perf_counter() - t0, api, rerun_command(argv))
     print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
     return {"train": summary, "base": base, "final": final}
+
+
+# What the demos set unless the user's environment says otherwise: no telemetry or W&B login, a patient start
+# for the temporary Prefect server on a busy machine.
+DEMO_ENVIRONMENT = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "TOKENIZERS_PARALLELISM": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
+
+
+def set_demo_environment() -> None:
+    """Set DEMO_ENVIRONMENT's variables that the environment does not set already."""
+    for key, value in DEMO_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
 
 
 def rerun_command(argv: list[str] | None) -> str:

@@ -103,13 +103,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="the tiny random model (./.models/tiny) on a few short episodes: the mechanics in minutes, nothing learned",
     )
     args = p.parse_args(argv)
-    for key, value in {
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    }.items():
-        os.environ.setdefault(key, value)
+    from flows.demo import set_demo_environment
+
+    set_demo_environment()
 
     t0 = time.perf_counter()
     if args.tiny:
