@@ -322,7 +322,6 @@ def evaluate_baseline(
 ) -> EvalReport:
     """The same evaluation for a prompted model (a hosted one, or a base model on any server), stored under
     `{project}/baselines/{model}/eval-{split}.json`."""
-
     report, _ = (run or asyncio.run)(
         evaluate_model(
             rollout.load_environment(),

@@ -21,7 +21,10 @@ every other message passes through untouched (bench/inference.py measures the co
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Awaitable, Callable
+
+from art_core.inference.weight_swap import ENV_FLAG, RPC_METHOD
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -113,14 +116,6 @@ class SwappedWeights:
         self.swaps = 0
         self._cond: Any = None
 
-    @staticmethod
-    def enabled() -> bool:
-        import os
-
-        from art_core.inference.weight_swap import ENV_FLAG
-
-        return os.environ.get(ENV_FLAG) == "1"
-
     @property
     def aliases(self) -> list[str]:
         return list(self.paths)
@@ -163,10 +158,6 @@ class SwappedWeights:
             cond.notify_all()
 
     async def _merge(self, app: Any, path: str | None) -> None:
-        import os
-
-        from art_core.inference.weight_swap import RPC_METHOD
-
         if path == self.current:
             return
         engine = app.state.engine_client
@@ -181,8 +172,6 @@ class SwappedWeights:
 
     async def load(self, app: Any, name: str, path: str) -> None:
         """Serve the adapter folder `path` as `name`, merged into the weights now (which checks it)."""
-        import os
-
         path = os.path.abspath(path)
         await self.admit(app, path)
         await self.release()
@@ -193,6 +182,9 @@ class SwappedWeights:
 
 
 SWAP = SwappedWeights()  # one per server process
+# Whether this server serves steps by merging them (VLLMServer sets the variable for a weight-swap server): read
+# once, at the server's start, instead of on every request.
+SWAP_ON = os.environ.get(ENV_FLAG) == "1"
 
 
 def rewrite_unknown_model(body: bytes, names: list[str]) -> bytes | None:
@@ -220,7 +212,6 @@ async def with_fetched_adapter(body: bytes) -> bytes | None:
     of the trainer's machine. The base model (for the zero adapter) is ART_BASE_MODEL, set by VLLMServer.
     """
     import asyncio
-    import os
 
     from art_core.serving import ZERO_ADAPTER_SOURCE, fetch_adapter
 
@@ -247,7 +238,7 @@ class ServerDefaults:
             await self.app(scope, receive, send)
             return
         method, path = scope.get("method"), scope.get("path", "")
-        swap = SwappedWeights.enabled()
+        swap = SWAP_ON
         if method == "POST" and path.endswith(SAMPLING_PATHS):
             body, others = await _read_body(receive)
             requested = _field(body, "model") if swap else None

@@ -78,23 +78,19 @@ def adapter_pairs(adapter_dir: str) -> tuple[dict[str, tuple[Any, Any]], float]:
     return {m: (p["lora_A"], p["lora_B"]) for m, p in pairs.items()}, scale
 
 
-class BaseWeights:
-    """Read access to a base model folder's safetensors, by tensor name (memory-mapped, nothing kept)."""
+def weight_files(base_dir: str) -> dict[str, str]:
+    """{tensor name: safetensors file} of a base model folder (its index, or its one model.safetensors)."""
+    index = os.path.join(base_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return {name: os.path.join(base_dir, file) for name, file in json.load(f)["weight_map"].items()}
+    single = os.path.join(base_dir, "model.safetensors")
+    if not os.path.exists(single):
+        raise SwapError(f"{base_dir} has no safetensors weights: weight swap needs the base model's files")
+    from safetensors import safe_open
 
-    def __init__(self, base_dir: str) -> None:
-        self.base_dir = base_dir
-        index = os.path.join(base_dir, "model.safetensors.index.json")
-        if os.path.exists(index):
-            with open(index) as f:
-                self.files = {name: os.path.join(base_dir, file) for name, file in json.load(f)["weight_map"].items()}
-        else:
-            single = os.path.join(base_dir, "model.safetensors")
-            if not os.path.exists(single):
-                raise SwapError(f"{base_dir} has no safetensors weights: weight swap needs the base model's files")
-            from safetensors import safe_open
-
-            with safe_open(single, framework="pt") as f:
-                self.files = {name: single for name in f.keys()}
+    with safe_open(single, framework="pt") as f:
+        return dict.fromkeys(f.keys(), single)
 
 
 def merged_weights(base_dir: str, adapter_dir: str | None) -> Iterator[tuple[str, Any]]:
@@ -104,11 +100,11 @@ def merged_weights(base_dir: str, adapter_dir: str | None) -> Iterator[tuple[str
     from safetensors import safe_open
 
     pairs, scale = adapter_pairs(adapter_dir) if adapter_dir else ({}, 1.0)
-    base = BaseWeights(base_dir)
-    unknown = sorted(m for m in pairs if f"{m}.weight" not in base.files)
+    files = weight_files(base_dir)
+    unknown = sorted(m for m in pairs if f"{m}.weight" not in files)
     if unknown:
         raise SwapError(f"the base model at {base_dir} has no weights for {unknown[:3]}: is it the adapter's base?")
-    for file in sorted(set(base.files.values())):
+    for file in sorted(set(files.values())):
         with safe_open(file, framework="pt") as f:
             for name in f.keys():
                 weight = f.get_tensor(name)
