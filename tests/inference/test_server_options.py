@@ -81,6 +81,7 @@ def test_a_run_with_other_server_settings_restarts_the_pools_server_with_them():
     class FakeServer:  # records what the pool asks of it; starting vLLM is what the end-to-end tests do
         def __init__(self, config):
             self.config, self.restarts, self.base_url = config, 0, "http://127.0.0.1:1/v1"
+            self.weight_swap = False  # VLLMServer's property: a LoRA server, whose rank the pool may widen
 
         def restart(self):
             self.restarts += 1
