@@ -25,29 +25,9 @@ from art_core.storage import Storage
 from art_core.store import ModelStore
 
 
-def history_path(storage: Storage, project: str, name: str) -> str:
-    return ModelStore(storage, project, name).history
-
-
 def read_history(storage: Storage, project: str, name: str) -> list[dict[str, Any]]:
     """Every record of history.jsonl, in the order written ([] before the first step)."""
     return ModelStore(storage, project, name).read_history()
-
-
-def record_metrics(
-    storage: Storage, project: str, name: str, step: int, metrics: dict[str, Any], prefix: str = "train/"
-) -> dict[str, Any]:
-    """Append one record for `step` (keys get `prefix` unless they already carry a '/'); returns its metrics.
-
-    >>> record_metrics(Storage("/tmp/art"), "demo", "agent", 1, {"loss": 0.5})
-    {'train/loss': 0.5}
-    """
-    return ModelStore(storage, project, name).record(step, metrics, prefix)
-
-
-def step_metrics(storage: Storage, project: str, name: str, step: int, prefix: str = "train/") -> dict[str, Any]:
-    """The metrics recorded for `step` whose keys start with `prefix` (the latest record wins)."""
-    return ModelStore(storage, project, name).step_metrics(step, prefix)
 
 
 def metrics_table(history: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,29 +10,26 @@ from art_core.reporting import (
     log_wandb,
     metrics_table,
     read_history,
-    record_metrics,
     reward_curve,
     reward_curve_png,
-    step_metrics,
 )
 from art_core.storage import Storage
+from art_core.store import ModelStore
 
 
 def test_history_records_merge_into_one_row_per_step(tmp_path):
     s = Storage(str(tmp_path))
-    assert record_metrics(s, "p", "m", 1, {"reward": 0.25, "train/loss": 1.5}) == {
-        "train/reward": 0.25,
-        "train/loss": 1.5,
-    }
-    record_metrics(s, "p", "m", 2, {"reward": 0.5})
-    record_metrics(s, "p", "m", 2, {"reward": 0.4, "pass^1": 0.3}, prefix="val/")
+    store = ModelStore(s, "p", "m")
+    assert store.record(1, {"reward": 0.25, "train/loss": 1.5}) == {"train/reward": 0.25, "train/loss": 1.5}
+    store.record(2, {"reward": 0.5})
+    store.record(2, {"reward": 0.4, "pass^1": 0.3}, prefix="val/")
     assert [r["step"] for r in read_history(s, "p", "m")] == [1, 2, 2]
     rows = metrics_table(read_history(s, "p", "m"))
     assert rows == [
         {"step": 1, "train/reward": 0.25, "train/loss": 1.5},
         {"step": 2, "train/reward": 0.5, "val/reward": 0.4, "val/pass^1": 0.3},
     ]
-    assert step_metrics(s, "p", "m", 2, prefix="val/") == {"val/reward": 0.4, "val/pass^1": 0.3}
+    assert store.step_metrics(2, prefix="val/") == {"val/reward": 0.4, "val/pass^1": 0.3}
 
 
 def test_reward_curve_is_a_png_of_each_measured_reward():
