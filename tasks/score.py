@@ -1,10 +1,10 @@
-"""Prefect task: score a step's groups with the environment's reward, or rescore them with RULER.
+"""Prefect task: rescore a step's gathered groups with RULER, one judge call per group.
 
-Without a judge the environment's rewards stand and the gathered file is passed on as it is (the train
-flow then runs no score task at all: a task run per step costs a cached re-run about 10 ms). With a
-judge each group is sent to RULER once and the rescored groups are written next to the gathered ones
-(`{step:04d}.scored.jsonl`). A judge that fails (no key, unreachable) fails the task loudly; the
-gathered trajectories stay in storage and in the cache, so the next run scores them without rolling out.
+Only a run with a judge scores: without one the environment's rewards stand and the train flow runs no
+score task at all (a task run per step costs a cached re-run about 10 ms), passing the gathered file on
+as it is. The rescored groups are written next to the gathered ones (`{step:04d}.scored.jsonl`). A judge
+that fails (no key, unreachable) fails the task loudly; the gathered trajectories stay in storage and in
+the cache, so the next run scores them without rolling out.
 The cache keys on the gathered file's fingerprint: rollouts gathered again are scored again.
 """
 
@@ -25,23 +25,13 @@ from tasks.specs import ScoreResult
 
 
 @task(name="score_groups", task_run_name=step_run_name("score"), cache_policy=cached_on(), persist_result=True)
-def score_groups(
-    ref: ModelRef, trajectories_uri: str, fingerprint: str, step: int, judge: JudgeConfig | None = None
-) -> ScoreResult:
-    """Rewards for one step's groups; RULER's relative scores when a judge is configured."""
+def score_groups(ref: ModelRef, trajectories_uri: str, fingerprint: str, step: int, judge: JudgeConfig) -> ScoreResult:
+    """RULER's relative scores for one step's groups, written beside them; where they are and their summary."""
     t0 = time.perf_counter()
     store = ref.store()
     groups = store.read_groups(trajectories_uri)  # a damaged file raises DamagedRollouts naming its line
     if groups is None:
         raise FileNotFoundError(f"rollouts {trajectories_uri} are missing: run the flow again to gather them again")
-    if judge is None:
-        return ScoreResult(
-            step=step,
-            uri=trajectories_uri,
-            summary=reward_summary(groups),
-            judged=False,
-            seconds=time.perf_counter() - t0,
-        )
     kept = (
         f"The gathered trajectories are kept at {trajectories_uri}; run again and they are scored without rolling out."
     )

@@ -153,6 +153,7 @@ def test_a_surrogate_in_a_tool_result_and_a_nan_reward_leave_the_run_going(
 def test_a_damaged_rollout_file_fails_the_train_and_score_tasks_naming_its_line(prefect_api, tmp_path):
     from prefect import flow
 
+    from art_core.rewards.config import JudgeConfig
     from art_core.store import ModelRef
     from art_core.trajectories import DamagedRollouts, Trajectory, TrajectoryGroup
     from art_core.training.config import TrainConfig
@@ -170,7 +171,7 @@ def test_a_damaged_rollout_file_fails_the_train_and_score_tasks_naming_its_line(
 
     @flow
     def step_on_damaged_rollouts(task):
-        return task(ref, uri, 0, TrainConfig()) if task is train_step else task(ref, uri, "fp", 0)
+        return task(ref, uri, 0, TrainConfig()) if task is train_step else task(ref, uri, "fp", 0, JudgeConfig())
 
     for task in (train_step, score_groups):
         with pytest.raises(DamagedRollouts, match=f"rollout file {uri} is damaged at line 2: .*reward"):
