@@ -1,9 +1,20 @@
-"""Prefect tasks: each a thin wrapper of one art_core call, with its cache policy.
+"""Prefect tasks: each wraps art_core calls for one step of a flow, with its cache policy.
 
-    gather_trajectories -> score_groups -> train_step -> evaluate -> export_adapter / serve_adapter
+    gather_trajectories -> score_groups (only with a RULER judge) -> train_step -> evaluate -> deploy_step
 
-Pure, costly tasks (gather, score, evaluate) are cached on inputs plus source, with results persisted
-in the run's own storage (tasks.results); train_step is idempotent by its checkpoint instead.
+    gather.py    gather_trajectories                 cached on inputs plus source
+    score.py     score_groups                        cached; run only when a judge is configured
+    train.py     train_step                          not cached: idempotent by its checkpoint
+    remote.py    train_step_remotely                 train_step as a flow run on a GPU work pool; waits for it
+    sft.py       build_demonstrations (cached), sft_step (idempotent by its checkpoint)
+    evaluate.py  evaluate, evaluate_prompted, evaluate_never_acts   cached on inputs plus source
+    mcp.py       generate_mcp_scenarios              cached; the set is also kept in storage
+    deploy.py    export_adapter, serve_adapter, deploy_step         not cached: they act on the world
+
+Most are a few lines around one art_core call; train_step_remotely is the exception (it starts a flow
+run of the `train-step` deployment and builds its result from storage). Cached results are persisted in
+the run's own storage (tasks.results). The package re-exports the tasks and specs most flows use; the
+others (deploy_step, sft, mcp, remote) are imported from their modules.
 """
 
 from tasks._async import run_sync
@@ -12,11 +23,10 @@ from tasks.evaluate import evaluate, evaluate_never_acts, evaluate_prompted
 from tasks.gather import gather_trajectories
 from tasks.results import cached_on, result_storage_for, with_result_storage
 from tasks.score import JudgeError, score_groups
-from tasks.specs import GatherResult, JudgeConfig, ModelRef, RolloutSpec, ScoreResult, TrainStepResult
+from tasks.specs import JudgeConfig, ModelRef, RolloutSpec, ScoreResult, TrainStepResult
 from tasks.train import train_step
 
 __all__ = [
-    "GatherResult",
     "JudgeConfig",
     "JudgeError",
     "ModelRef",

@@ -16,10 +16,7 @@ from pydantic import BaseModel, Field
 
 from art_core.rewards.config import JudgeConfig
 from art_core.rollouts import RolloutSpec
-from art_core.step import GatherOutcome
 from art_core.store import ModelRef
-
-GatherResult = GatherOutcome  # the gather task's (cached) result
 
 
 class ScoreResult(BaseModel):
@@ -42,4 +39,4 @@ class TrainStepResult(BaseModel):
     seconds: float = 0.0
 
 
-__all__ = ["GatherResult", "JudgeConfig", "ModelRef", "RolloutSpec", "ScoreResult", "TrainStepResult"]
+__all__ = ["JudgeConfig", "ModelRef", "RolloutSpec", "ScoreResult", "TrainStepResult"]
