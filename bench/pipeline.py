@@ -6,7 +6,8 @@
 In one process, against one vLLM server serving the tiny model:
 1. warm-up: a plain loop of N steps on a throw-away model (imports, the trainer's first load, the first
    steps that resume from a checkpoint), so neither side pays it;
-2. plain loop: N steps of scenarios -> rollout_groups -> write_groups -> train_step -> record_metrics;
+2. plain loop: N steps of gather_step (rollouts written to storage) -> train_and_record (train, checkpoint, history
+   record), the art_core calls the gather and train tasks make;
 3. `--rounds` times: the train flow with the same sizes on a fresh model name (every step a Prefect task,
    results persisted; a Prefect test server runs around it), the same flow twice more right after it
    (everything from the cache and checkpoints), then the plain loop again. Every flow run sits between two

@@ -78,7 +78,8 @@ class EnvironmentConfig(_Strict):
 
     @model_validator(mode="after")
     def _options_accepted(self) -> "EnvironmentConfig":
-        # Loading is cheap for every shipped environment; a wrong option fails here, not at the first rollout.
+        # Loaded once here, shipped or a module path, so a wrong option fails at the form, not at the first
+        # rollout. Not free for every environment: `mcp` starts (or connects to) its server to list the tools.
         from art_core.envs import load_environment
 
         try:
