@@ -27,7 +27,9 @@ import sys
 import time
 from typing import Any
 
-# Chosen by measurement (README, "What the demo shows"): enough steps for the preference to settle, few
+from art_core.store import ModelStore
+
+# Chosen by measurement (docs/measurements.md, the tiny demo): enough steps for the preference to settle, few
 # enough for `make demo-tiny` to stay under 3 minutes on 2 cores, including the vLLM and Prefect start-up.
 STEPS = 8
 GROUPS_PER_STEP = 4
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         config = demo_config(args.model_dir, args.storage, args.steps, args.seed, args.project, args.model)
     phases = {"model ready": time.perf_counter() - t0}
     if args.fresh and "://" not in config.storage_url:
-        shutil.rmtree(os.path.join(config.storage_url, config.project, "models", config.model), ignore_errors=True)
+        shutil.rmtree(ModelStore(config.storage_url, config.project, config.model).root, ignore_errors=True)
         shutil.rmtree(os.path.join(config.storage_url, ".prefect"), ignore_errors=True)
     api = os.environ.get("PREFECT_API_URL")
     print(f"Prefect: {api or 'a temporary local server (database in ~/.prefect)'}; storage: {config.storage_url}")
@@ -279,10 +281,9 @@ def _all_done(config) -> bool:
     """Whether every step's checkpoint and both evaluations (step 0 and the last) are in local storage."""
     if "://" in config.storage_url:
         return False
-    root = os.path.join(config.storage_url, config.project, "models", config.model)
-    done = [os.path.join(root, "checkpoints", f"{s:04d}", "COMPLETE") for s in range(1, config.steps + 1)]
-    done += [os.path.join(root, "eval", f"{s:04d}.json") for s in (0, config.steps)]
-    return all(os.path.exists(p) for p in done)
+    store = ModelStore(config.storage_url, config.project, config.model)
+    evaluated = all(store.storage.exists(store.eval(s)) for s in (0, config.steps))
+    return evaluated and all(store.is_complete(s) for s in range(1, config.steps + 1))
 
 
 def _pass(report, k: int) -> float:

@@ -39,10 +39,11 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
     """Write the reward curve, metrics table and eval report to storage and as artifacts; returns their paths."""
     storage = ref.storage()
     rows = metrics_table(read_history(storage, ref.project, ref.model))
+    store = ref.store()
     paths = {
-        "reward_curve": ref.path("reports", "reward_curve.png"),
-        "eval_report": ref.path("reports", "eval.md"),
-        "history": ref.path("history.jsonl"),
+        "reward_curve": store.reports("reward_curve.png"),
+        "eval_report": store.reports("eval.md"),
+        "history": store.history,
     }
     # Drawn again only when the history shows other rewards (a resumed or cached run adds none).
     png = reward_curve(storage, paths["reward_curve"], rows, title=f"{ref.project}/{ref.model}: reward per step")
