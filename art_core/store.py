@@ -1,4 +1,4 @@
-"""One model's folder in storage, and the only code that knows its layout.
+"""One model's folder in storage: its layout is spelt here (the few other places that name paths: docs/design.md).
 
     {project}/models/{name}/model.json                       what the model is (base model, ...)
     {project}/models/{name}/checkpoints/{step:04d}/          adapter + trainer state; COMPLETE written last
