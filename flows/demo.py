@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         phases["evaluate the base model"] = time.perf_counter() - t0 - sum(phases.values())
     finally:
         server.stop()
-    _print_summary(config, summary, base, final, time.perf_counter() - t0, api, rerun_command(argv))
+    print_summary(config, summary, base, final, time.perf_counter() - t0, api, rerun_command(argv))
     print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
     return {"train": summary, "base": base, "final": final}
 
@@ -238,9 +238,11 @@ def rerun_command(argv: list[str] | None) -> str:
     )
 
 
-def _print_summary(
+def print_summary(
     config, summary, base, final, seconds: float, api: str | None, rerun: str = "python -m flows.demo"
 ) -> None:
+    """Print what the demo did: the train reward per step, base vs trained on the held-out questions, the artifacts
+    to open in the Prefect UI, and how to run it again (`rerun`)."""
     from flows.reporting import artifact_key
 
     key = artifact_key(config.project, config.model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -234,7 +235,7 @@ async def test_our_client_lets_idle_connections_go_before_a_stock_vllm_server_cl
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from art_core.inference.server import CLIENT_KEEP_ALIVE_S, _free_port, openai_client
+    from art_core.inference.server import CLIENT_KEEP_ALIVE_S, openai_client
 
     seen: list[int] = []
 
@@ -242,7 +243,9 @@ async def test_our_client_lets_idle_connections_go_before_a_stock_vllm_server_cl
         seen.append(request.client.port)  # one client port per TCP connection
         return JSONResponse({"object": "list", "data": []})
 
-    port = _free_port("127.0.0.1")
+    with socket.socket() as s:  # a port the OS says is free
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     app = Starlette(routes=[Route("/v1/models", models)])
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, timeout_keep_alive=5, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -65,12 +65,12 @@ def test_last_step_beats_the_base_model_on_held_out_questions(demo_runs, capsys)
 
 
 def test_demo_prints_both_evaluations_and_leaves_its_artifacts(demo_runs, tiny_model_path, capsys):
-    from flows.demo import _print_summary, demo_config
+    from flows.demo import demo_config, print_summary
     from flows.reporting import artifact_key
 
     run = demo_runs[SEEDS[0]]
     config = demo_config(tiny_model_path, run["storage"])
-    _print_summary(config, run["train"], run["base"], run["final"], 1.0, None)
+    print_summary(config, run["train"], run["base"], run["final"], 1.0, None)
     out = capsys.readouterr().out
     assert "base model (step 0)" in out and f"trained (step {config.steps})" in out and "pass^3" in out
     assert f"{run['base'].reward:.3f}" in out and f"{run['final'].reward:.3f}" in out

@@ -162,7 +162,7 @@ def _near(rgb, target, tolerance: int = 40) -> bool:
 def test_demo_names_the_command_that_reruns_it_from_the_cache(tmp_path, capsys):
     from types import SimpleNamespace
 
-    from flows.demo import _print_summary, real_demo_config, rerun_command
+    from flows.demo import print_summary, real_demo_config, rerun_command
 
     assert rerun_command(["--real"]) == "make demo" and rerun_command([]) == "make demo-tiny"
     assert rerun_command(["--real", "--seed", "1", "--fresh"]) == "python -m flows.demo --real --seed 1"
@@ -171,7 +171,7 @@ def test_demo_names_the_command_that_reruns_it_from_the_cache(tmp_path, capsys):
     report = SimpleNamespace(step=0, reward=0.06, pass_k={1: 0.0, 2: 0.0, 3: 0.0})
     final = SimpleNamespace(step=8, reward=0.49, pass_k={1: 0.3, 2: 0.1, 3: 0.0})
     summary = SimpleNamespace(rewards={8: 0.5}, trained_steps=[], model_path=str(tmp_path))
-    _print_summary(config, summary, report, final, 10.0, None, "make demo")
+    print_summary(config, summary, report, final, 10.0, None, "make demo")
     out = capsys.readouterr().out
     assert "run `make demo` again: it finishes from the cache" in out
     assert "`python -m flows.demo` again" not in out  # that is the tiny demo, which trains from scratch
