@@ -14,28 +14,13 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from art_core.training.result import TrainResult  # re-exported: ART users import it from here
 
 if TYPE_CHECKING:
     from art_core.model import Model, TrainableModel
     from art_core.store import ModelStore
     from art_core.training.config import TrainConfig
     from art_core.trajectories import TrajectoryGroup
-
-
-class TrainResult(BaseModel):
-    """What one training step produced: the new step, its metrics and where its checkpoint lives."""
-
-    step: int
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    checkpoint_path: str | None = None
-    trained: bool = Field(True, description="False when the checkpoint already existed and nothing was trained.")
-
-    def __init__(self, **data: Any) -> None:
-        from art_core.trajectories import refuse_unknown  # a misspelt field is a TypeError, not dropped
-
-        refuse_unknown(type(self), data)
-        super().__init__(**data)
 
 
 class Backend(abc.ABC):

@@ -55,7 +55,7 @@ REFUSERS = {
     "art_core.trajectories.RolloutError.__init__": lambda: __import__("art_core").RolloutError(
         type="E", message="m", traceback="t", **{BOGUS: 1}
     ),
-    "art_core.backend.TrainResult.__init__": lambda: __import__("art_core").TrainResult(step=1, **{BOGUS: 1}),
+    "art_core.training.result.TrainResult.__init__": lambda: __import__("art_core").TrainResult(step=1, **{BOGUS: 1}),
     "art_core.local_backend.LocalBackend.__init__": lambda: __import__("art_core").LocalBackend("/tmp/x", **{BOGUS: 1}),
 }
 
