@@ -28,7 +28,7 @@ import asyncio
 import logging
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from art_core.backend import Backend, TrainResult
 from art_core.inference.lora import AdapterManager
@@ -294,18 +294,13 @@ class LocalBackend(Backend):
                 f"model {model.name!r} is not registered with this backend: `await model.register(backend)`"
             )
         config = config or TrainConfig()
-        self._check_writer(model)
-        store = self.model_store(model)
-        async with self._lock:
-            # The server's max_lora_rank follows the LoRA rank (a running server is restarted wider if needed).
-            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=config.lora_rank)
-            await self.ensure_serving()
-            step = await self.get_step(model)
-            result = await asyncio.to_thread(
-                train_and_record, store, model.base_model, groups, config, step, servers=[server]
-            )  # sleeps while the trainer holds the GPU
-            await self.ensure_serving()  # a server that died while we trained comes back before the new step loads
-            await self._serve(model, server, result.step)  # served_step: rollouts now sample the new step
+        result = await self._train_and_serve(
+            model,
+            config.lora_rank,
+            lambda store, step, server: train_and_record(
+                store, model.base_model, groups, config, step, servers=[server]
+            ),
+        )
         if verbose:
             log.warning("%s trained to step %d: %s", model.name, result.step, result.metrics)
         return result
@@ -339,26 +334,36 @@ class LocalBackend(Backend):
             )
         config = config if isinstance(config, TrainSFTConfig) else TrainSFTConfig(**(config or {}))
         train_config = resolve_train_config(model, train_config)
+        examples = list(trajectories)
+        result = await self._train_and_serve(
+            model,
+            train_config.lora_rank,
+            lambda store, step, server: sft_and_record(
+                store, model.base_model, examples, config, train_config, step, servers=[server]
+            ),
+        )
+        if verbose:
+            log.warning("%s fine-tuned to step %d: %s", model.name, result.step, result.metrics)
+        return result
+
+    async def _train_and_serve(
+        self,
+        model: TrainableModel,
+        lora_rank: int,
+        train: "Callable[[ModelStore, int, VLLMServer], TrainResult]",
+    ) -> TrainResult:
+        """`train(store, step, server)` from the model's latest step in a worker thread (GRPO or SFT: the server
+        sleeps while the trainer holds the GPU), then the new step served as `name@step` and `name`."""
         self._check_writer(model)
         store = self.model_store(model)
         async with self._lock:
-            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=train_config.lora_rank)
+            # The server's max_lora_rank follows the LoRA rank (a running server is restarted wider if needed).
+            server = await asyncio.to_thread(self._pool.get, model.base_model, max_lora_rank=lora_rank)
             await self.ensure_serving()
             step = await self.get_step(model)
-            result = await asyncio.to_thread(
-                sft_and_record,
-                store,
-                model.base_model,
-                list(trajectories),
-                config,
-                train_config,
-                step,
-                servers=[server],
-            )
-            await self.ensure_serving()
-            await self._serve(model, server, result.step)
-        if verbose:
-            log.warning("%s fine-tuned to step %d: %s", model.name, result.step, result.metrics)
+            result = await asyncio.to_thread(train, store, step, server)
+            await self.ensure_serving()  # a server that died while we trained comes back before the new step loads
+            await self._serve(model, server, result.step)  # served_step: rollouts now sample the new step
         return result
 
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str = "val/reward") -> list[int]:

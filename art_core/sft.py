@@ -23,7 +23,7 @@ from art_core.training.sft import TrainSFTConfig
 from art_core.trajectories import Trajectory
 
 if TYPE_CHECKING:
-    from art_core.backend import TrainResult
+    from art_core.training.result import TrainResult
     from art_core.model import TrainableModel
     from art_core.store import ModelStore
     from art_core.training.config import TrainConfig
@@ -161,22 +161,16 @@ def sft_and_record(
 ) -> "TrainResult":
     """Train checkpoint `step` -> `step + 1` by SFT and record it in history.jsonl under "sft/"; once (a complete
     checkpoint `step + 1` is not trained again: `trained=False`). `servers` sleep while it trains, as in
-    art_core.step.train_and_record."""
-    from art_core.backend import TrainResult
+    art_core.step.train_and_record: both go through art_core.step.run_and_record."""
+    from art_core.step import already_trained, run_and_record
     from art_core.training.sft import sft_step
 
-    if store.is_complete(step + 1):
-        return TrainResult(
-            step=step + 1,
-            metrics=store.step_metrics(step + 1, "sft/"),
-            checkpoint_path=store.checkpoint(step + 1),
-            trained=False,
-        )
-    servers = list(servers)
-    for server in servers:
-        server.sleep()  # frees the GPU for the trainer; a no-op on CPU
-    try:
-        result = sft_step(
+    done = already_trained(store, None, step + 1, prefix="sft/")
+    if done is not None:
+        return done
+    return run_and_record(
+        store,
+        lambda: sft_step(
             base_model=base_model,
             trajectories=trajectories,
             config=config,
@@ -185,12 +179,10 @@ def sft_and_record(
             project=store.project,
             name=store.name,
             step=step,
-        )
-    finally:
-        for server in servers:
-            server.wake_up()
-    store.record(result.step, result.metrics, prefix="sft/")
-    return TrainResult(step=result.step, metrics=result.metrics, checkpoint_path=result.checkpoint_path, trained=True)
+        ),
+        prefix="sft/",
+        servers=servers,
+    )
 
 
 async def train_sft_from_file(

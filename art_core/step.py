@@ -2,6 +2,7 @@
 
     gather_step(ref, rollout, step, fingerprint, endpoint)   rollouts for step s, reused when already in storage
     train_and_record(store, base, groups, config, s)    checkpoint s + 1 and its history record, once
+    run_and_record(store, train, prefix="sft/")         any train call (GRPO or SFT) with servers asleep, recorded
 
 Both are idempotent by what they leave in storage, so a crash at any point (SIGKILL included) resumes
 without doing finished work twice: rollouts a checkpoint was trained on, or that these very inputs
@@ -24,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pydantic import BaseModel
 
-from art_core.backend import TrainResult
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step, step_sampling
 from art_core.store import ModelRef, ModelStore, file_fingerprint
+from art_core.training.result import TrainResult
 
 if TYPE_CHECKING:
     from art_core.fanout import Replicas
@@ -170,8 +171,7 @@ def train_and_record(
     """Train step `step` -> checkpoint `step + 1` and append its record to history.jsonl; once.
 
     If checkpoint `step + 1` is complete nothing is trained (`trained=False`); a missing history record is
-    backfilled from the checkpoint. `servers` share the device with the trainer: each is put to sleep
-    before training and woken after (both no-ops on CPU), so one GPU holds vLLM and the trainer in turn.
+    backfilled from the checkpoint. `servers` sleep while the trainer holds the device (run_and_record).
     `complete`: whether checkpoint `step + 1` is complete, when the caller read it already.
     """
     from art_core.training.trainer import train_grpo_step
@@ -179,11 +179,11 @@ def train_and_record(
     done = already_trained(store, groups, step + 1, complete=complete)
     if done is not None:
         return done
-    servers = list(servers)
-    for server in servers:
-        server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
-    try:
-        result = train_grpo_step(
+    # The reward the step was trained on sits next to the trainer's own metrics (loss, grad norm...).
+    rewards = {**reward_summary(groups), **staleness(groups, step)}
+    return run_and_record(
+        store,
+        lambda: train_grpo_step(
             base_model=base_model,
             groups=groups,
             config=config,
@@ -191,15 +191,45 @@ def train_and_record(
             project=store.project,
             name=store.name,
             step=step,
-        )
+        ),
+        prefix="train/",
+        servers=servers,
+        extra=rewards,
+    )
+
+
+def run_and_record(
+    store: ModelStore,
+    train: Callable[[], TrainResult],
+    *,
+    prefix: str,
+    servers: "Iterable[VLLMServer]" = (),
+    extra: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Run one train call (a GRPO or an SFT step) and record its checkpoint's metrics under `prefix` in
+    history.jsonl; the result, `extra` first in its metrics. The one wrapper of both kinds of step.
+
+    `servers` share the device with the trainer: each is put to sleep before training and woken after
+    (both no-ops on CPU), the trainer's free GPU blocks given back in between, so one GPU holds vLLM and
+    the trainer in turn.
+
+    >>> run_and_record(store, lambda: sft_step(...), prefix="sft/", servers=[server]).step   # doctest: +SKIP
+    2
+    """
+    from art_core.training.session import release_cuda_cache
+
+    servers = list(servers)
+    for server in servers:
+        server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
+    try:
+        result = train()
     finally:
         if servers:
-            _release_cuda_cache()
+            release_cuda_cache()
         for server in servers:
             server.wake_up()
-    # The reward the step was trained on sits next to the trainer's own metrics (loss, grad norm...).
-    metrics = {**reward_summary(groups), **staleness(groups, step), **result.metrics}
-    store.record(result.step, metrics, prefix="train/")
+    metrics = {**(extra or {}), **result.metrics}
+    store.record(result.step, metrics, prefix=prefix)
     return TrainResult(step=result.step, metrics=metrics, checkpoint_path=result.checkpoint_path, trained=True)
 
 
@@ -209,9 +239,11 @@ def already_trained(
     target: int,
     *,
     complete: bool | None = None,
+    prefix: str = "train/",
 ) -> TrainResult | None:
     """The result of training checkpoint `target` when it is complete already (`trained=False`), its history
     record written back from the checkpoint if a crash lost it; None when it still has to be trained.
+    `prefix`: where its record is in history ("sft/" for supervised fine-tuning), left off its metrics.
 
     `groups`: the rollouts it was trained on, or a function that reads them: called only when a lost record
     is written back (with their rewards), so a resumed run does not read a finished step's rollouts.
@@ -220,13 +252,13 @@ def already_trained(
     """
     if not (store.is_complete(target) if complete is None else complete):
         return None
-    recorded = store.step_metrics(target, "train/")
-    if not recorded:
+    recorded = store.step_metrics(target, prefix)
+    if not recorded and prefix == "train/":  # only a GRPO record is written back (store.backfill_train_record)
         rollouts = groups() if callable(groups) else groups
         extra = reward_summary(rollouts) if rollouts else None
         recorded = store.backfill_train_record(target, extra=extra, known_missing=True) or {}
     log.info("checkpoint %s exists: step %d is not trained again", store.checkpoint(target), target)
-    metrics = {k.removeprefix("train/"): v for k, v in recorded.items()}
+    metrics = {k.removeprefix(prefix): v for k, v in recorded.items()}
     return TrainResult(step=target, metrics=metrics, checkpoint_path=store.checkpoint(target), trained=False)
 
 
@@ -237,13 +269,3 @@ def staleness(groups: "list[TrajectoryGroup]", step: int) -> dict[str, float]:
     if not ages:
         return {}
     return {"staleness": sum(ages) / len(ages), "staleness_max": float(max(ages))}
-
-
-def _release_cuda_cache() -> None:
-    """Give the trainer's cached-but-free GPU blocks back before vLLM wakes up and re-allocates."""
-    try:
-        import torch
-    except ImportError:
-        return
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()

@@ -24,9 +24,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.backend import TrainResult
 from art_core.storage import Storage
 from art_core.training.config import TrainConfig
+from art_core.training.result import TrainResult
+from art_core.training.session import TrainerSession, trainer_session
 from art_core.training.tokenize import ChatTemplateError, TokenizedTrajectory, TrajectoryError, render
 from art_core.trajectories import Trajectory
 
@@ -161,43 +162,30 @@ def sft_step(
     step: int,
 ) -> TrainResult:
     """Train checkpoint `step` -> `step + 1` on the conversations, one optimizer step per batch, in order."""
-    from art_core.training import trainer
-
-    with trainer._LOCK:
-        try:
-            return _sft_step(base_model, trajectories, config, train_config, storage, project, name, step)
-        except BaseException:
-            if base_model in trainer._CACHE:  # the adapter may be half-updated: reload from storage next time
-                trainer._CACHE[base_model].owner = None
-            raise
-
-
-def _sft_step(base_model, trajectories, config, train_config, storage, project, name, step) -> TrainResult:
-    import torch
-
-    from art_core.training import trainer
-    from art_core.training.attention import packed_attention
-    from art_core.training.checkpoints import save_checkpoint
-    from art_core.training.fused_lora import fused_lora
-    from art_core.training.packing import batch_logprobs, pack_sequences
-
-    started = time.time()
     if not trajectories:
         raise ValueError("no SFT examples were given: pass conversations that end with an assistant message")
-    state = trainer._load(base_model, train_config)
-    trainer._restore(state, storage, project, name, step)
-    model, optimizer, tok = state.model, state.optimizer, state.tokenizer
-    model.train()
-    trainer._set_hyperparameters(optimizer, train_config)
+    with trainer_session(base_model, train_config, storage, project, name, step) as session:
+        return _sft_step(session, trajectories, config)
+
+
+def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: TrainSFTConfig) -> TrainResult:
+    import torch
+
+    from art_core.training.attention import packed_attention
+    from art_core.training.fused_lora import fused_lora
+    from art_core.training.packing import batch_logprobs, pack_sequences
+    from art_core.training.trainer import pass_shape
+
+    model, tok, train_config = session.model, session.tokenizer, session.config
     max_len = train_config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
     seqs = [
         tokenize_sft(t.messages(), t.tools, tok, assistant_turns=config.assistant_turns, index=i, max_seq_len=max_len)
         for i, t in enumerate(trajectories)
     ]
-    per_pass, per_row, checkpointing, attention = trainer.pass_shape(
+    per_pass, per_row, checkpointing, attention = pass_shape(
         model, train_config, next(model.parameters()).device, max((len(s) for s in seqs), default=0)
     )
-    trainer._set_checkpointing(model, checkpointing)
+    session.set_checkpointing(checkpointing)
     sizes = config.batch_sizes(len(seqs))
     rates = config.rates(len(sizes))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -207,12 +195,12 @@ def _sft_step(base_model, trajectories, config, train_config, storage, project, 
             batch = seqs[start : start + size]
             start += size
             total = sum(s.num_trainable for s in batch)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            session.set_hyperparameters(learning_rate=lr)  # the schedule's rate for this batch
+            optimizer = session.optimizer
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
             for part in pack_sequences(
-                batch, [1.0 / total] * len(batch), per_row, state.device, per_pass, tok.pad_token_id or 0
+                batch, [1.0 / total] * len(batch), per_row, session.device, per_pass, tok.pad_token_id or 0
             ):
                 logp, _ = batch_logprobs(model, part, attention=attention, chunk_tokens=train_config.logit_chunk_tokens)
                 loss = -(logp * part.weights).sum()  # mean NLL over the batch's assistant tokens
@@ -230,23 +218,13 @@ def _sft_step(base_model, trajectories, config, train_config, storage, project, 
         "trainable_tokens": tokens,
         "learning_rate": rates[-1],
     }
-    metrics["seconds"] = time.time() - started
-    path = save_checkpoint(
-        storage,
-        project,
-        name,
-        step + 1,
-        model,
-        optimizer,
-        {
-            "step": step + 1,
-            "base_model": base_model,
-            "kind": "sft",
-            "config": train_config.model_dump(),
-            "sft_config": config.model_dump(),
-            "metrics": metrics,
-        },
-        tokenizer=tok,
-    )
-    state.owner = (storage.root, project, name, step + 1)
-    return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
+    metrics["seconds"] = time.time() - session.started
+    info = {
+        "step": session.step + 1,
+        "base_model": session.base_model,
+        "kind": "sft",
+        "config": train_config.model_dump(),
+        "sft_config": config.model_dump(),
+        "metrics": metrics,
+    }
+    return TrainResult(step=session.step + 1, metrics=metrics, checkpoint_path=session.save(info))

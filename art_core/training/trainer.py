@@ -5,8 +5,9 @@
     result.step, result.checkpoint_path    # 1, './.art/demo/models/agent/checkpoints/0001'
 
 One step, as a reader would follow it:
- 1. restore the adapter and optimizer of checkpoint `step` (kept in memory between steps of one run;
-    a fresh LoRA at step 0),
+ 1. open the trainer session (session.py, shared with SFT): the lock, the cached model, the adapter and
+    optimizer of checkpoint `step` (kept in memory between steps of one run; a fresh LoRA at step 0),
+    this step's hyperparameters,
  2. tokenize every trajectory (tokenize.py), drop bad ones with a warning naming them,
  3. group-relative advantages (advantages.py); groups without signal are skipped and counted,
  4. size a forward pass from the model and the memory budget (memory.py), switch attention to the
@@ -34,23 +35,20 @@ from __future__ import annotations
 import logging
 import math
 import random
-import threading
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
-from art_core.backend import TrainResult
 from art_core.storage import Storage
 from art_core.training.advantages import balance_advantages, step_advantages
 from art_core.training.attention import choose_attention, packed_attention
-from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
 from art_core.training.fused_lora import fused_lora
 from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss, option_metrics_end, option_metrics_start
-from art_core.training.precision import choose_train_dtype
 from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
 from art_core.training.reference import reference_policy
+from art_core.training.result import TrainResult
+from art_core.training.session import TrainerSession, trainer_session
 from art_core.training.tokenize import TokenizedTrajectory, TrajectoryError, tokenize_histories
 from art_core.trajectories import TrajectoryGroup
 
@@ -61,106 +59,9 @@ class TrainingDataWarning(UserWarning):
     """One trajectory or group was dropped from a step; the message names it and says what to do."""
 
 
-@dataclass
-class _Loaded:
-    """A base model with its LoRA adapter and optimizer, kept between steps of one process."""
-
-    model: Any  # peft.PeftModel
-    tokenizer: Any
-    device: Any
-    lora_key: tuple
-    initial_adapter: dict[str, Any]  # the seeded fresh LoRA, restored when a new run starts at step 0
-    optimizer: Any = None  # torch.optim.AdamW over the LoRA parameters, built by _restore
-    owner: tuple | None = None  # (storage root, project, name, step) whose state is in memory now
-
-
-_CACHE: dict[str, _Loaded] = {}
-_LOCK = threading.Lock()  # one step at a time per process: the cached model is shared
-
-
-def clear_model_cache() -> None:
-    """Forget loaded models, so the next step reloads from storage (tests, or to free memory)."""
-    with _LOCK:
-        _CACHE.clear()
-
-
 def _warn(message: str) -> None:
     log.warning(message)
     warnings.warn(message, TrainingDataWarning, stacklevel=3)
-
-
-def _load(base_model: str, config: TrainConfig) -> _Loaded:
-    """The cached model for `base_model`, loaded (and wrapped with a seeded LoRA) on first use."""
-    import torch
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    lora_key = (
-        config.lora_rank,
-        config.lora_alpha,
-        config.lora_dropout,
-        tuple(config.lora_target_modules),
-        config.seed,
-        config.dtype,
-    )
-    cached = _CACHE.get(base_model)
-    if cached is not None and cached.lora_key == lora_key:
-        return cached
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shape = AutoConfig.from_pretrained(base_model)
-    dtype_name, why = choose_train_dtype(
-        config.dtype,
-        device.type,
-        int(getattr(shape, "hidden_size", 0) or 0),
-        int(getattr(shape, "intermediate_size", 0) or 0),
-    )
-    log.info("training %s in %s on %s: %s", base_model, dtype_name, device.type, why)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype).to(device)
-    lora = LoraConfig(
-        r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=list(config.lora_target_modules),
-        task_type="CAUSAL_LM",
-    )
-    torch.manual_seed(config.seed)  # the LoRA A matrices are random: same seed, same adapter
-    model = get_peft_model(model, lora)
-    model.train()
-    initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
-    loaded = _Loaded(model, tokenizer, device, lora_key, initial)
-    _CACHE[base_model] = loaded
-    return loaded
-
-
-def _restore(state: _Loaded, storage: Storage, project: str, name: str, step: int) -> None:
-    """Put the adapter and optimizer of checkpoint `step` in memory (nothing to do if they are there)."""
-    import torch
-    from peft import set_peft_model_state_dict
-
-    owner = (storage.root, project, name, step)
-    if state.owner == owner:
-        return
-    params = [p for p in state.model.parameters() if p.requires_grad]
-    # Hyperparameters are not set here: a checkpoint's optimizer state brings its own, and _set_hyperparameters
-    # writes this step's over them.
-    state.optimizer = torch.optim.AdamW(params)
-    if step == 0:
-        set_peft_model_state_dict(state.model, state.initial_adapter)
-    else:
-        load_checkpoint(storage, project, name, step, state.model, state.optimizer)
-    state.owner = owner
-
-
-def _set_hyperparameters(optimizer: Any, config: TrainConfig) -> None:
-    # The one place the learning rate (and Adam's settings) reach the optimizer: written every step, after any
-    # restore (as ART does), so a run can change them between steps without losing Adam's state.
-    for group in optimizer.param_groups:
-        group["lr"] = config.learning_rate
-        group["betas"] = (config.adam_beta1, config.adam_beta2)
-        group["eps"] = config.adam_epsilon
-        group["weight_decay"] = config.weight_decay
 
 
 def prepare_sequences(
@@ -239,24 +140,8 @@ def train_grpo_step(
     step: int,
 ) -> TrainResult:
     """Train one GRPO step from checkpoint `step` and save checkpoint `step + 1` (see the module docstring)."""
-    with _LOCK:
-        try:
-            return _train_grpo_step(base_model, groups, config, storage, project, name, step)
-        except BaseException:
-            # The adapter may be half-updated: make the next step reload from storage.
-            if base_model in _CACHE:
-                _CACHE[base_model].owner = None
-            raise
-
-
-def _set_checkpointing(model: Any, on: bool) -> None:
-    # Per step, not at load: the cached model serves runs with different configs.
-    causal_lm = model.get_base_model()
-    if on:
-        # Non-reentrant: correct with frozen embeddings (LoRA) without forcing input grads.
-        causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    elif causal_lm.is_gradient_checkpointing:
-        causal_lm.gradient_checkpointing_disable()
+    with trainer_session(base_model, config, storage, project, name, step) as session:
+        return _train_grpo_step(session, groups, config)
 
 
 def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -> tuple[int, int, bool, str]:
@@ -296,23 +181,17 @@ def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -
     return per_pass, per_row, checkpointing, attention
 
 
-def _train_grpo_step(base_model, groups, config, storage, project, name, step) -> TrainResult:
+def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], config: TrainConfig) -> TrainResult:
     import torch
 
-    started = time.time()
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
-    state = _load(base_model, config)
-    _restore(state, storage, project, name, step)
-    model, optimizer, device = state.model, state.optimizer, state.device
-    model.train()  # callers may have sampled from the cached model in eval mode (LoRA dropout must be on)
-    _set_hyperparameters(optimizer, config)
+    model, device, step = session.model, session.device, session.step
+    project, name = session.project, session.name
     max_len = config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
-    seqs, counts = prepare_sequences(groups, state.tokenizer, config, max_len)
+    seqs, counts = prepare_sequences(groups, session.tokenizer, config, max_len)
     longest = max((len(s) for s in seqs), default=0)
     tokens_per_forward, tokens_per_row, checkpointing, attention = pass_shape(model, config, device, longest)
-    _set_checkpointing(model, checkpointing)
-    pad_id = state.tokenizer.pad_token_id or 0
+    session.set_checkpointing(checkpointing)
+    pad_id = session.tokenizer.pad_token_id or 0
     skipped_reasons = counts.pop("skipped_reasons")
 
     metrics: dict[str, Any] = {
@@ -351,9 +230,9 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
                     fused_lora(model, config.experimental_fused_lora),
                     PeakMemory(device) as peak,
                 ):
-                    _run_passes(
+                    run_passes(
                         model,
-                        optimizer,
+                        session.optimizer,
                         seqs,
                         config,
                         step,
@@ -378,26 +257,17 @@ def _train_grpo_step(base_model, groups, config, storage, project, name, step) -
                 name,
                 tokens_per_forward,
             )
-            optimizer = _reset_after_oom(state, storage, project, name, step, config)
+            session.rewind()  # checkpoint `step` back: an optimizer step may have run before the failure
             retry = config.model_copy(update={"gradient_checkpointing": True})
             tokens_per_forward, tokens_per_row, checkpointing, attention = pass_shape(model, retry, device, longest)
-            _set_checkpointing(model, checkpointing)
+            session.set_checkpointing(checkpointing)
             metrics = {**fresh, "tokens_per_pass": tokens_per_forward, "tokens_per_row": tokens_per_row}
             metrics.update(gradient_checkpointing=1, out_of_memory_retries=1)
         metrics["peak_memory_gib"] = round(peak.gib, 3)
-    metrics["seconds"] = time.time() - started
-    path = save_checkpoint(
-        storage,
-        project,
-        name,
-        step + 1,
-        model,
-        optimizer,
-        {"step": step + 1, "base_model": base_model, "config": config.model_dump(), "metrics": metrics},
-        tokenizer=state.tokenizer,
-    )
-    state.owner = (storage.root, project, name, step + 1)
-    metrics["seconds"] = time.time() - started  # including the checkpoint write
+    metrics["seconds"] = time.time() - session.started
+    info = {"step": step + 1, "base_model": session.base_model, "config": config.model_dump(), "metrics": metrics}
+    path = session.save(info)
+    metrics["seconds"] = time.time() - session.started  # including the checkpoint write
     return TrainResult(step=step + 1, metrics=metrics, checkpoint_path=path)
 
 
@@ -405,22 +275,6 @@ def _is_oom(exc: BaseException) -> bool:
     import torch
 
     return isinstance(exc, torch.OutOfMemoryError)
-
-
-def _reset_after_oom(state: _Loaded, storage: Storage, project: str, name: str, step: int, config: TrainConfig) -> Any:
-    """Free what a failed pass held and put checkpoint `step` back (an optimizer step may have run); the optimizer."""
-    import gc
-
-    import torch
-
-    state.optimizer.zero_grad(set_to_none=True)
-    state.owner = None
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    _restore(state, storage, project, name, step)
-    _set_hyperparameters(state.optimizer, config)
-    return state.optimizer
 
 
 def tree_tokens(model: Any, config: TrainConfig, tokens_per_row: int, longest: int) -> int:
@@ -465,7 +319,7 @@ def prefix_sharing_off_reason(config: TrainConfig, attention: str) -> str | None
     return None
 
 
-def _run_passes(
+def run_passes(
     model, optimizer, seqs, config, step, metrics, tokens_per_row, tokens_per_forward, attention, pad_id
 ) -> None:
     """Mini-batches of packed passes: forward, loss, backward per pass, one optimizer step per mini-batch."""

@@ -15,7 +15,7 @@ def tokenizer(tiny_model_path):
 @pytest.fixture
 def fresh_trainer():
     """Forget the trainer's in-process model cache before and after a test (so tests do not share state)."""
-    from art_core.training.trainer import clear_model_cache
+    from art_core.training.session import clear_model_cache
 
     clear_model_cache()
     yield

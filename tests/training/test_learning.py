@@ -48,14 +48,15 @@ def test_grpo_with_lora_raises_the_reward_with_transformers_sampling(sharpened_m
     from transformers import AutoTokenizer
 
     from art_core.storage import Storage
-    from art_core.training.trainer import _CACHE, train_grpo_step
+    from art_core.training.session import loaded_model
+    from art_core.training.trainer import train_grpo_step
 
     tokenizer = AutoTokenizer.from_pretrained(sharpened_model)
     targets = target_set(sharpened_model)
     store, config, rewards = Storage(str(tmp_path)), TrainConfig(learning_rate=2e-2, seed=0), []
     train_grpo_step(base_model=sharpened_model, groups=[], config=config, storage=store, project="p", name="hf", step=0)
     for step in range(1, 13):
-        policy = _CACHE[sharpened_model].model  # the LoRA model as trained so far
+        policy = loaded_model(sharpened_model).model  # the LoRA model as trained so far
         groups = sample_groups(
             policy, tokenizer, PROMPTS, 8, 16, lambda ids: sum(i in targets for i in ids) / len(ids), seed=step
         )

@@ -10,6 +10,7 @@ import torch
 
 from art_core.storage import Storage
 from art_core.training import trainer
+from art_core.training.session import clear_model_cache
 from art_core.training.config import TrainConfig
 from art_core.training.precision import MIN_BF16_HIDDEN, choose_train_dtype, cpu_has_bf16
 from art_core.trajectories import Trajectory, TrajectoryGroup
@@ -91,7 +92,7 @@ def test_bf16_agrees_with_float32_on_the_real_model(smollm2_path, tmp_path):
     groups = _groups(tokenizer, 0)
     losses = {}
     for dtype in ("float32", "bfloat16"):
-        trainer.clear_model_cache()
+        clear_model_cache()
         m = trainer.train_grpo_step(
             base_model=smollm2_path,
             groups=groups,
@@ -103,6 +104,6 @@ def test_bf16_agrees_with_float32_on_the_real_model(smollm2_path, tmp_path):
         ).metrics
         assert m["bf16"] == (dtype == "bfloat16")
         losses[dtype] = m["loss"]
-    trainer.clear_model_cache()
+    clear_model_cache()
     print(f"one step's loss: float32 {losses['float32']:.5f}, bf16 {losses['bfloat16']:.5f}")
     assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=LOSS_TOLERANCE, abs=1e-3)

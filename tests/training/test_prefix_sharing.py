@@ -150,8 +150,9 @@ def _episodes(seed: int, n_groups: int = 3, size: int = 4) -> list[TrajectoryGro
 def _step(path, tmp_path, config, name):
     """One step from a fresh adapter: its metrics and the gradient it applied (Adam's first moment / (1 - beta1))."""
     from art_core.training import trainer
+    from art_core.training.session import clear_model_cache, loaded_model
 
-    trainer.clear_model_cache()
+    clear_model_cache()
     metrics = trainer.train_grpo_step(
         base_model=path,
         groups=_episodes(0),
@@ -161,7 +162,7 @@ def _step(path, tmp_path, config, name):
         name=name,
         step=0,
     ).metrics
-    optimizer = trainer._CACHE[path].optimizer
+    optimizer = loaded_model(path).optimizer
     grads = [
         optimizer.state[p]["exp_avg"] / (1 - config.adam_beta1) for g in optimizer.param_groups for p in g["params"]
     ]

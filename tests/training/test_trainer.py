@@ -16,7 +16,8 @@ from art_core.store import ModelStore
 from art_core.trajectories import Trajectory, TrajectoryGroup
 from art_core.training.checkpoints import prune_checkpoints
 from art_core.training.config import TrainConfig
-from art_core.training.trainer import TrainingDataWarning, clear_model_cache, train_grpo_step
+from art_core.training.session import clear_model_cache, trainer_session
+from art_core.training.trainer import TrainingDataWarning, train_grpo_step
 from tests.training.rollouts_hf import make_choice
 
 CFG = TrainConfig(learning_rate=1e-2)
@@ -359,10 +360,11 @@ def test_memory_savers_change_memory_not_results(tiny_model_path, tmp_path, fres
     assert all(0 < m["peak_memory_gib"] < 64 for m in metrics.values())
 
 
-def test_tokens_per_pass_follow_the_memory_budget(tiny_model_path, fresh_trainer):
-    from art_core.training.trainer import _load, pass_shape
+def test_tokens_per_pass_follow_the_memory_budget(tiny_model_path, tmp_path, fresh_trainer):
+    from art_core.training.trainer import pass_shape
 
-    model = _load(tiny_model_path, CFG).model
+    with trainer_session(tiny_model_path, CFG, Storage(str(tmp_path)), "p", "a", 0) as session:
+        model = session.model
     cpu = torch.device("cpu")
     small = pass_shape(model, CFG.model_copy(update={"memory_budget_gib": 0.001}), cpu)
     large = pass_shape(model, CFG.model_copy(update={"memory_budget_gib": 0.5}), cpu)
@@ -458,7 +460,7 @@ def test_a_pass_out_of_memory_reruns_the_step_with_checkpointing(tiny_model_path
     first = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(1), config=CFG, storage=store, project="p", name="a", step=0
     )
-    real, calls = trainer._run_passes, []
+    real, calls = trainer.run_passes, []
 
     def flaky(model, optimizer, *args, **kw):
         calls.append(model.get_base_model().is_gradient_checkpointing)
@@ -467,14 +469,14 @@ def test_a_pass_out_of_memory_reruns_the_step_with_checkpointing(tiny_model_path
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(model, optimizer, *args, **kw)
 
-    monkeypatch.setattr(trainer, "_run_passes", flaky)
+    monkeypatch.setattr(trainer, "run_passes", flaky)
     retried = train_grpo_step(
         base_model=tiny_model_path, groups=_groups(2), config=CFG, storage=store, project="p", name="a", step=first.step
     ).metrics
-    monkeypatch.setattr(trainer, "_run_passes", real)
+    monkeypatch.setattr(trainer, "run_passes", real)
     assert calls == [False, True]
     assert retried["out_of_memory_retries"] == 1 and retried["gradient_checkpointing"] == 1
-    trainer.clear_model_cache()
+    clear_model_cache()
     plain = train_grpo_step(
         base_model=tiny_model_path,
         groups=_groups(2),
@@ -489,7 +491,7 @@ def test_a_pass_out_of_memory_reruns_the_step_with_checkpointing(tiny_model_path
     assert retried["tokens"] == plain["tokens"] and retried["passes"] == plain["passes"]
 
     # A user's explicit choice is theirs: the error surfaces.
-    monkeypatch.setattr(trainer, "_run_passes", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
+    monkeypatch.setattr(trainer, "run_passes", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
     with pytest.raises(torch.OutOfMemoryError):
         train_grpo_step(
             base_model=tiny_model_path,
