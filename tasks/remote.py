@@ -22,13 +22,12 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
-from prefect.states import Completed
 
 from art_core.step import already_trained
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from tasks.results import step_run_name
-from tasks.specs import TrainStepResult
+from art_core.training.result import TrainResult
+from tasks.results import step_run_name, train_step_state
 
 TRAIN_STEP_FLOW = "train-step"  # flows/train_step.py's flow name
 GPU_POOL = "art-gpu"  # the pool deployments/prefect.yaml puts `train-step/gpu` on
@@ -144,14 +143,7 @@ def train_step_remotely(
         log.info("checkpoint %s exists: step %d is not sent to %s", store.checkpoint(target), target, deployment)
         # The rollouts are read only to write back a lost history record with their rewards.
         done = already_trained(store, lambda: store.read_groups(scored_uri, damaged="warn"), target, complete=True)
-        out = TrainStepResult(
-            step=target,
-            checkpoint_uri=done.checkpoint_path,
-            metrics=done.metrics,
-            trained=False,
-            seconds=time.perf_counter() - t0,
-        )
-        return Completed(name="Cached", data=out, message=f"checkpoint {target} exists: not trained again")
+        return train_step_state(done, store, t0)
     if not store.storage.exists(scored_uri):  # fail here, not after queueing for the GPU
         raise FileNotFoundError(
             f"the scored rollouts of step {target} at {scored_uri} are missing; run the flow "
@@ -181,26 +173,23 @@ def train_step_remotely(
             "has no complete checkpoint: the worker wrote elsewhere (a local storage folder on its own machine?). "
             "Give the run storage that every worker reaches (s3://bucket/prefix)."
         )
-    out = TrainStepResult(
+    result = TrainResult(
         step=target,
-        checkpoint_uri=store.checkpoint(target),
+        checkpoint_path=store.checkpoint(target),
         metrics=store.train_metrics(target),
         trained=state.name != "Cached",
-        seconds=time.perf_counter() - t0,
     )
     ran = child.total_run_time.total_seconds()
     log.info(
         "step %d: %s by %r in %.1fs (%.1fs queued and starting) -> %s",
         target,
-        "trained" if out.trained else "found trained",
+        "trained" if result.trained else "found trained",
         child.name,
         ran,
-        max(out.seconds - ran, 0.0),
-        out.checkpoint_uri,
+        max(time.perf_counter() - t0 - ran, 0.0),
+        result.checkpoint_path,
     )
-    if not out.trained:
-        return Completed(name="Cached", data=out, message=state.message)
-    return Completed(data=out)
+    return train_step_state(result, store, t0, message=state.message)
 
 
 def _start(deployment: str, ref: ModelRef, scored_uri: str, step: int, config: TrainConfig) -> Any:

@@ -6,6 +6,9 @@ another machine) still finds them. A local root is used as a plain path; an s3:/
 endpoint URL; keys are read by s3fs from the environment, never written to Prefect.
 
     gather = with_result_storage(gather_trajectories, result_storage_for("s3://bucket/runs"))
+
+A train step is idempotent by its checkpoint, not by a cache; `train_step_state` still shows a step whose
+checkpoint existed as `Cached` in the UI, like a cache hit.
 """
 
 from __future__ import annotations
@@ -13,10 +16,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import time
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
+from prefect.states import Completed, State
+
+from tasks.specs import TrainStepResult
+
+if TYPE_CHECKING:
+    from art_core.store import ModelStore
+    from art_core.training.result import TrainResult
 
 T = TypeVar("T")
 
@@ -86,3 +97,23 @@ def step_run_name(phase: str):
         return f"{phase} step {int(task_run.parameters['step']) + 1}"
 
     return name
+
+
+def train_step_state(result: "TrainResult", store: "ModelStore", t0: float, message: str | None = None) -> State:
+    """The final state of a train or SFT task: Completed with its TrainStepResult (the checkpoint by URI, never
+    its bytes), named `Cached` when nothing was trained because the checkpoint existed. `t0`: the task's
+    perf_counter start; `message`: the Cached state's, default "checkpoint N exists: not trained again".
+
+    >>> train_step_state(already_trained(store, None, 2), store, t0).name        # doctest: +SKIP
+    'Cached'
+    """
+    out = TrainStepResult(
+        step=result.step,
+        checkpoint_uri=result.checkpoint_path or store.checkpoint(result.step),
+        metrics=result.metrics,
+        trained=result.trained,
+        seconds=time.perf_counter() - t0,
+    )
+    if out.trained:
+        return Completed(data=out)
+    return Completed(name="Cached", data=out, message=message or f"checkpoint {out.step} exists: not trained again")

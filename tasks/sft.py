@@ -15,14 +15,12 @@ import time
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Completed
 
 from art_core.serving import servers_sharing
 from art_core.sft import SFTSpec, sft_epoch, store_expert_demonstrations
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from tasks.results import cached_on, step_run_name
-from tasks.specs import TrainStepResult
+from tasks.results import cached_on, step_run_name, train_step_state
 
 
 @task(
@@ -55,15 +53,8 @@ def sft_step(
     store = ref.store()
     servers = servers_sharing(ref.base_model, inference_url)
     result = sft_epoch(store, ref.base_model, data, spec, epoch, step, config, servers=servers)
-    out = TrainStepResult(
-        step=result.step,
-        checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
-        metrics=result.metrics,
-        trained=result.trained,
-        seconds=time.perf_counter() - t0,
-    )
-    if not result.trained:
-        log.info("checkpoint %s exists: SFT epoch %d is not trained again", out.checkpoint_uri, epoch + 1)
-        return Completed(name="Cached", data=out, message=f"checkpoint {result.step} exists: not trained again")
-    log.info("SFT epoch %d -> %s (loss %.4f)", epoch + 1, out.checkpoint_uri, result.metrics["loss"])
-    return Completed(data=out)
+    if result.trained:
+        log.info("SFT epoch %d -> %s (loss %.4f)", epoch + 1, result.checkpoint_path, result.metrics["loss"])
+    else:
+        log.info("checkpoint %s exists: SFT epoch %d is not trained again", result.checkpoint_path, epoch + 1)
+    return train_step_state(result, store, t0)

@@ -14,14 +14,12 @@ import time
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Completed
 
 from art_core.serving import servers_sharing
 from art_core.step import already_trained, train_and_record
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from tasks.results import step_run_name
-from tasks.specs import TrainStepResult
+from tasks.results import step_run_name, train_step_state
 
 
 @task(name="train_step", task_run_name=step_run_name("train"), cache_policy=NO_CACHE, persist_result=False)
@@ -50,16 +48,8 @@ def train_step(
             )
         servers = servers_sharing(ref.base_model, inference_url) if sleep_servers else []
         result = train_and_record(store, ref.base_model, groups, config, step, servers=servers, complete=False)
-    out = TrainStepResult(
-        step=result.step,
-        checkpoint_uri=result.checkpoint_path or store.checkpoint(step + 1),
-        metrics=result.metrics,
-        trained=result.trained,
-        seconds=time.perf_counter() - t0,
-    )
-    if not result.trained:
-        log.info("checkpoint %s exists: step %d is not trained again", out.checkpoint_uri, result.step)
-        # Shown as Cached in the UI, like a cache hit: nothing was trained (idempotent by the checkpoint).
-        return Completed(name="Cached", data=out, message=f"checkpoint {result.step} exists: not trained again")
-    log.info("trained step %d -> %s", result.step, out.checkpoint_uri)
-    return Completed(data=out)
+    if result.trained:
+        log.info("trained step %d -> %s", result.step, result.checkpoint_path)
+    else:
+        log.info("checkpoint %s exists: step %d is not trained again", result.checkpoint_path, result.step)
+    return train_step_state(result, store, t0)
