@@ -174,7 +174,7 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
     from art_core.training.attention import packed_attention
     from art_core.training.fused_lora import fused_lora
     from art_core.training.packing import batch_logprobs, pack_sequences
-    from art_core.training.trainer import pass_shape
+    from art_core.training.trainer import pass_shape, prefix_sharing_off_reason, tree_tokens
 
     model, tok, train_config = session.model, session.tokenizer, session.config
     max_len = train_config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
@@ -186,10 +186,15 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
         model, train_config, next(model.parameters()).device, max((len(s) for s in seqs), default=0)
     )
     session.set_checkpointing(checkpointing)
+    # A batch's conversations share their system prompt and tool list (every example is group 0): computed
+    # once per row, as a GRPO group's prompt is (prefixes.py), with the same loss and gradients.
+    share = prefix_sharing_off_reason(train_config, attention) is None
+    longest = max((len(s) for s in seqs), default=0)
+    tree_size = tree_tokens(model, train_config, per_row, longest)
     sizes = config.batch_sizes(len(seqs))
     rates = config.rates(len(sizes))
     params = [p for p in model.parameters() if p.requires_grad]
-    losses, tokens, start = [], 0, 0
+    losses, tokens, start, computed, in_batch = [], 0, 0, 0, 0
     with packed_attention(model, attention), fused_lora(model, train_config.experimental_fused_lora):
         for size, lr in zip(sizes, rates):
             batch = seqs[start : start + size]
@@ -199,9 +204,19 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
             optimizer = session.optimizer
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
-            for part in pack_sequences(
-                batch, [1.0 / total] * len(batch), per_row, session.device, per_pass, tok.pad_token_id or 0
-            ):
+            parts = pack_sequences(
+                batch,
+                [1.0 / total] * len(batch),
+                per_row,
+                session.device,
+                per_pass,
+                tok.pad_token_id or 0,
+                share_prefixes=share,
+                tree_tokens=tree_size,
+            )
+            computed += sum(part.real_tokens for part in parts)
+            in_batch += sum(part.in_batch_tokens for part in parts)
+            for part in parts:
                 logp, _ = batch_logprobs(model, part, attention=attention, chunk_tokens=train_config.logit_chunk_tokens)
                 loss = -(logp * part.weights).sum()  # mean NLL over the batch's assistant tokens
                 loss.backward()
@@ -216,6 +231,8 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
         "examples": len(seqs),
         "batches": len(sizes),
         "trainable_tokens": tokens,
+        "tokens_in_batch": in_batch,  # the conversations' tokens, whole
+        "tokens_computed": computed,  # what the passes computed: shared prefixes once
         "learning_rate": rates[-1],
     }
     metrics["seconds"] = time.time() - session.started

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from art_core.store import ModelStore
 import art_core as art
@@ -147,3 +148,54 @@ async def test_sft_teaches_a_reply_and_grpo_continues_from_it(vllm_server, tiny_
     losses = [r["sft/loss"] for r in history if "sft/loss" in r]
     assert losses[-1] < losses[0] / 4
     await backend.close()
+
+
+def _sft_epoch(path, tmp_path, config, name):
+    """One SFT epoch from a fresh adapter: its metrics and the LoRA weights it wrote."""
+    from safetensors.torch import load_file
+
+    from art_core.storage import Storage
+    from art_core.training.session import clear_model_cache
+    from art_core.training.sft import sft_step
+
+    clear_model_cache()
+    policy = " ".join(f"Rule {i}: confirm the order id before any change." for i in range(12))
+    conversations = [
+        art.Trajectory(
+            messages_and_choices=[
+                {"role": "system", "content": policy},
+                {"role": "user", "content": f"Where is order {n}?"},
+                {"role": "assistant", "content": f"Order {n} ships {'today' if n % 2 else 'tomorrow'}."},
+            ],
+            tools=TOOLS,
+            reward=0.0,
+        )
+        for n in range(6)
+    ]
+    result = sft_step(
+        base_model=path,
+        trajectories=conversations,
+        config=TrainSFTConfig(batch_size=3, learning_rate=1e-3),
+        train_config=config,
+        storage=Storage(str(tmp_path / name)),
+        project="p",
+        name=name,
+        step=0,
+    )
+    return result.metrics, load_file(f"{result.checkpoint_path}/adapter_model.safetensors")
+
+
+def test_sft_computes_a_batchs_shared_system_prompt_and_tools_once_and_trains_the_same(
+    tiny_model_path, tmp_path, fresh_trainer
+):
+    from art_core.training.config import TrainConfig
+
+    config = TrainConfig(max_grad_norm=None, dtype="float32")
+    shared, w_shared = _sft_epoch(tiny_model_path, tmp_path, config, "shared")
+    plain, w_plain = _sft_epoch(tiny_model_path, tmp_path, config.model_copy(update={"share_prefixes": False}), "plain")
+    assert plain["tokens_computed"] == plain["tokens_in_batch"] == shared["tokens_in_batch"]
+    assert shared["tokens_computed"] < 0.6 * shared["tokens_in_batch"], shared  # the policy and tools, once a batch
+    assert shared["loss"] == pytest.approx(plain["loss"], rel=1e-4)
+    assert w_shared.keys() == w_plain.keys()
+    for key in w_plain:
+        assert torch.allclose(w_shared[key], w_plain[key], rtol=1e-3, atol=1e-6), key
