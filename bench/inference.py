@@ -311,9 +311,13 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
     for r in range(args.repeats):
         row = {}
         for dtype in ("float32", "bfloat16"):
-            ours = Endpoint(model_dir, store, server_config={"dtype": dtype})
+            options = (
+                {"dtype": dtype} if args.ours_as is None else {"dtype": dtype, "weight_swap": args.ours_as == "swap"}
+            )
+            ours = Endpoint(model_dir, store, server_config=options)
             await ours.start()
             server = ours.backend.server_for(ours.model)
+            row["weight_swap"] = server.weight_swap
             try:
                 before = _cache_counters(server.root_url, server.headers())
                 row[f"ours_{dtype}"] = await ours.run(*shape, warm_up=True)
@@ -331,7 +335,8 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
                     finally:
                         plain.server.stop()
         rounds.append(row)
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[1]:.1f} s" for k, v in row.items() if k != "cache"), flush=True)
+        times = {k: v for k, v in row.items() if k not in ("cache", "weight_swap")}
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[1]:.1f} s" for k, v in times.items()), flush=True)
     return {"rounds": rounds}
 
 
@@ -345,7 +350,9 @@ def report_real(result: dict, args: argparse.Namespace) -> list[str]:
     return [
         f"Inference with a real model: SmolLM2-135M-Instruct (the registry's GGUF, dequantized), {args.rollouts} concurrent "
         f"rollouts x {args.turns} turns x {args.tokens} generated tokens per turn, tools offered (vLLM {_vllm_version()}).",
-        "Ours: LocalBackend's server, step 0 as a zero LoRA adapter, logprobs + token ids on every reply. Raw: vLLM's own "
+        "Ours: LocalBackend's server, step 0 "
+        + ("swapped in as merged weights (no LoRA)" if rounds[-1]["weight_swap"] else "as a zero LoRA adapter")
+        + ", logprobs + token ids on every reply. Raw: vLLM's own "
         "OpenAI server, same dtype, prefill settings and tool parser, no middleware, a plain openai client, no logprobs; "
         "once without LoRA, once serving the same zero adapter (--enable-lora --lora-modules), as ours does.",
         f"Median of {len(rounds)} rounds; one engine alive at a time. Machine: {os.cpu_count()} cores, "
@@ -394,6 +401,12 @@ def main() -> None:
         default="small",
         choices=["tiny", "small", "smollm2"],
         help="smollm2: the real model (ours vs vLLM's own server, float32 vs bfloat16, prefix caching)",
+    )
+    parser.add_argument(
+        "--ours-as",
+        choices=["swap", "lora"],
+        default=None,
+        help="smollm2: how our server serves the step (default: the device's default, ServerOptions.weight_swap)",
     )
     parser.add_argument("--out", default=None, help="results file (default bench/results/inference-<device>.txt)")
     args = parser.parse_args()

@@ -364,6 +364,12 @@ def _machine() -> str:
     return f"{name}, {os.cpu_count()} CPUs{mem}"
 
 
+def _trl_version() -> str:
+    from importlib.metadata import version
+
+    return version("trl")
+
+
 def _write(lines: list[str], out: str) -> None:
     text = "\n".join(lines) + "\n"
     print(text, end="")
@@ -462,11 +468,47 @@ def retail_groups(tokenizer, n_groups: int, size: int, seed: int = 0):
     return groups
 
 
+def trl_batch_of_sequences(groups, tokenizer, config):
+    """Retail episodes in TRL's layout: the tokens before a sequence's first trained token are its prompt (left
+    padded), the rest its completion (right padded), masked to exactly the tokens ours trains (the assistant
+    turns, not the tool results or the customer's turns between them). The same token ids ours trains on."""
+    import torch
+
+    from art_core.training.trainer import prepare_sequences
+
+    seqs, _ = prepare_sequences(groups, tokenizer, config, 1 << 30)
+    prompts, completions, masks = [], [], []
+    for s in seqs:
+        first = s.trainable.index(True)
+        prompts.append(s.input_ids[:first])
+        completions.append(s.input_ids[first:])
+        masks.append([int(t) for t in s.trainable[first:]])
+    pad = tokenizer.pad_token_id or 0
+    lp, lc = max(map(len, prompts)), max(map(len, completions))
+    batch = {
+        "prompt_ids": torch.tensor([[pad] * (lp - len(p)) + p for p in prompts]),
+        "prompt_mask": torch.tensor([[0] * (lp - len(p)) + [1] * len(p) for p in prompts]),
+        "completion_ids": torch.tensor([c + [pad] * (lc - len(c)) for c in completions]),
+        "completion_mask": torch.tensor([m + [0] * (lc - len(m)) for m in masks]),
+        "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32),
+    }
+    batch["num_items_in_batch"] = batch["completion_mask"].sum()
+    return batch
+
+
 def retail_bench(
-    steps: int, out: str, real: bool, n_groups: int, dtype: str = "auto", shape: str | None = None
+    steps: int,
+    out: str,
+    real: bool,
+    n_groups: int,
+    dtype: str = "auto",
+    shape: str | None = None,
+    trl: bool = False,
 ) -> None:
     """Shared prefixes on vs off on retail episodes (`retail_groups`), same model, same groups, interleaved
     step by step (on, off, on, off, ...) after one warm-up step each; default TrainConfig otherwise.
+    `trl`: then TRL's GRPOTrainer on the same sequences (`trl_batch_of_sequences`), one sequence per micro-batch
+    (a 6k-token sequence padded beside others runs a CPU out of memory), float32 as TRL runs on a CPU.
 
     `shape` ('1.5b', '7b', ...): a random Qwen2.5-shaped model on the GPU instead (the tiny tokenizer)."""
     import resource
@@ -512,6 +554,11 @@ def retail_bench(
                     torch.cuda.synchronize()
                 times[side].append(time.perf_counter() - t0)
                 print(side, step, round(times[side][-1], 2), flush=True)
+        trl_times = None
+        if trl:
+            batch = trl_batch_of_sequences(groups, AutoTokenizer.from_pretrained(model_path), sides["shared"])
+            trl_times = _time_trl(model_path, batch, steps, "cuda" if shape else "cpu", micro_batch=1)
+            print("trl", [round(t, 2) for t in trl_times], flush=True)
     m = metrics["shared"]
     lines = [
         f"bench/trainer.py --retail{' --real' if real else ''}{f' --shape {shape}' if shape else ''}  "
@@ -533,6 +580,16 @@ def retail_bench(
         )
     whole, shared = statistics.median(times["whole"][1:]), statistics.median(times["shared"][1:])
     lines.append(f"speed-up from sharing: {whole / shared:.2f}x")
+    if trl_times:
+        t = statistics.median(trl_times)
+        lines.append(
+            f"  TRL   : {t:7.2f} s/step  GRPOTrainer {_trl_version()} on the same {m['trained_trajectories']} sequences "
+            f"(prompt = the tokens before the first trained one, completion masked to the trained tokens), "
+            f"micro-batch 1, fp32, {m['tokens_in_batch'] / t:6.0f} batch tokens/s, steps {[round(v, 2) for v in trl_times]}"
+        )
+        lines.append(
+            f"ours (shared, the default) vs TRL: {t / shared:.2f}x; ours without sharing vs TRL: {t / whole:.2f}x"
+        )
     lines.append(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
     _write(lines, out)
 
@@ -626,8 +683,9 @@ def _time_ours(model_path: str, groups, steps: int, device: str, profile: str | 
     return {"times": times[1:], "metrics": {k: metrics[k] for k in keep if k in metrics}}
 
 
-def _time_trl(model_path: str, batch, steps: int, device: str) -> list[float]:
-    """TRL's defaults for one GPU: per-device batch 8, accumulation 8, one generation batch of 64 per step."""
+def _time_trl(model_path: str, batch, steps: int, device: str, micro_batch: int = 8) -> list[float]:
+    """TRL's defaults for one GPU: per-device batch 8 (`micro_batch`), accumulation to the whole batch (64 on
+    the GPU bench), one generation batch per step."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -655,8 +713,8 @@ def _time_trl(model_path: str, batch, steps: int, device: str) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as out:
         args = GRPOConfig(
             output_dir=out,
-            per_device_train_batch_size=8,
-            gradient_accumulation_steps=n // 8,
+            per_device_train_batch_size=micro_batch,
+            gradient_accumulation_steps=n // micro_batch,
             num_generations=8,
             max_steps=steps + 1,
             learning_rate=1e-5,
@@ -777,6 +835,7 @@ def main() -> None:
     )
     parser.add_argument("--retail-groups", type=int, default=2, help="--retail: scenarios (groups of 8) per step")
     parser.add_argument("--dtype", default="auto", help="--retail: TrainConfig.dtype")
+    parser.add_argument("--trl", action="store_true", help="--retail: also TRL's GRPOTrainer on the same sequences")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--cuda-child", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--groups", type=int, default=8, help=argparse.SUPPRESS)
@@ -796,7 +855,13 @@ def main() -> None:
         shape = args.shape if args.device == "cuda" else None
         default = f"trainer-retail-{f'cuda-{shape}' if shape else 'real-cpu' if args.real else 'cpu'}.txt"
         retail_bench(
-            args.steps, args.out or os.path.join(results, default), args.real, args.retail_groups, args.dtype, shape
+            args.steps,
+            args.out or os.path.join(results, default),
+            args.real,
+            args.retail_groups,
+            args.dtype,
+            shape,
+            trl=args.trl,
         )
     elif args.memory:
         memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
