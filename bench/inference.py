@@ -321,6 +321,7 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
             try:
                 before = _cache_counters(server.root_url, server.headers())
                 row[f"ours_{dtype}"] = await ours.run(*shape, warm_up=True)
+                print(f"  ours, {dtype}: {row[f'ours_{dtype}'][1]:.1f} s", flush=True)  # where a long run is
                 after = _cache_counters(server.root_url, server.headers())
                 if dtype == "float32":
                     row["cache"] = {k: after[k] - before[k] for k in after}
@@ -332,6 +333,7 @@ async def bench_real(model_dir: str, store: str, args: argparse.Namespace) -> di
                     plain.server.start()
                     try:
                         row[key] = await plain.run(*shape)
+                        print(f"  {key}: {row[key][1]:.1f} s", flush=True)
                     finally:
                         plain.server.stop()
         rounds.append(row)
