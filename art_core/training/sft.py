@@ -171,6 +171,7 @@ def sft_step(
 def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: TrainSFTConfig) -> TrainResult:
     import torch
 
+    from art_core.progress import progress_bar
     from art_core.training.attention import packed_attention
     from art_core.training.fused_lora import fused_lora
     from art_core.training.packing import batch_logprobs, pack_sequences
@@ -195,6 +196,9 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
     rates = config.rates(len(sizes))
     params = [p for p in model.parameters() if p.requires_grad]
     losses, tokens, start, computed, in_batch = [], 0, 0, 0, 0
+    # An epoch of long conversations on a CPU runs for many minutes: say how far it is (a line every 30 s
+    # off a terminal, art_core.progress), as a gather does.
+    bar = progress_bar(len(seqs), f"SFT {session.name} step {session.step + 1}", unit="conversation")
     with packed_attention(model, attention), fused_lora(model, train_config.experimental_fused_lora):
         for size, lr in zip(sizes, rates):
             batch = seqs[start : start + size]
@@ -225,6 +229,9 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
             optimizer.step()
             losses.append(batch_loss)
             tokens += total
+            bar.set_postfix({"loss": f"{batch_loss:.4f}", "lr": f"{lr:.2e}"}, refresh=False)
+            bar.update(size)
+    bar.close()
     metrics = {
         "loss": sum(losses) / len(losses),
         "loss_last": losses[-1],
