@@ -206,6 +206,16 @@ class TrainConfig(BaseModel):
         "CPU, 1 GiB on CUDA.",
     )
 
+    # ---- ranks (art_core.training.distributed, docs/multi-gpu.md) ----
+    ranks: int = Field(
+        1,
+        ge=1,
+        description="Processes one train step runs on, data parallel: one per GPU (gloo processes on CPU). Each "
+        "trains a share of the step's sequences, LoRA gradients are summed, so loss, gradients and checkpoint "
+        "equal the 1-rank step's; checkpoints resume on any number of ranks. >1 spawns that many local workers "
+        "per step; under torchrun, WORLD_SIZE sets it. The GPU work pool and the SkyPilot task ask for this many GPUs.",
+    )
+
     # ---- precision and reproducibility ----
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Base model weights: 'auto' is float32 on CPU and bfloat16 on a GPU."

@@ -153,11 +153,26 @@ class TrainerSession:
 
     def save(self, info: dict[str, Any]) -> str:
         """Write checkpoint `step + 1` (adapter, optimizer, tokenizer and `info`); it is the one in memory now.
-        Returns its path."""
+        Returns its path. In a data-parallel step (distributed.py) rank 0 writes it, the others wait for it: their
+        adapters and optimizers are the same."""
+        from art_core.store import ModelStore
+        from art_core.training import distributed
+
         target = self.step + 1
-        path = save_checkpoint(
-            self.storage, self.project, self.name, target, self.model, self.optimizer, info, tokenizer=self.tokenizer
-        )
+        if distributed.is_writer():
+            path = save_checkpoint(
+                self.storage,
+                self.project,
+                self.name,
+                target,
+                self.model,
+                self.optimizer,
+                info,
+                tokenizer=self.tokenizer,
+            )
+        else:
+            path = ModelStore(self.storage, self.project, self.name).checkpoint(target)
+        distributed.barrier()
         self.loaded.owner = (self.storage.root, self.project, self.name, target)
         return path
 

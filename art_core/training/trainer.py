@@ -139,7 +139,14 @@ def train_grpo_step(
     name: str,
     step: int,
 ) -> TrainResult:
-    """Train one GRPO step from checkpoint `step` and save checkpoint `step + 1` (see the module docstring)."""
+    """Train one GRPO step from checkpoint `step` and save checkpoint `step + 1` (see the module docstring).
+    With `config.ranks` > 1 outside a process group, the step runs on that many local workers (distributed.py)."""
+    from art_core.training import distributed
+
+    if config.ranks > 1 and distributed.current() is None:
+        return distributed.train_grpo_step_on_ranks(
+            base_model=base_model, groups=groups, config=config, storage=storage, project=project, name=name, step=step
+        )
     with trainer_session(base_model, config, storage, project, name, step) as session:
         return _train_grpo_step(session, groups, config)
 
@@ -183,6 +190,8 @@ def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -
 
 def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], config: TrainConfig) -> TrainResult:
     import torch
+
+    from art_core.training import distributed
 
     model, device, step = session.model, session.device, session.step
     project, name = session.project, session.name
@@ -248,6 +257,8 @@ def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], con
                 # first (it holds the activations), then the step reruns from checkpoint `step`.
                 if attempt or checkpointing or config.gradient_checkpointing is not None or not _is_oom(exc):
                     raise
+                if distributed.current() is not None:
+                    raise  # one rank rerunning alone would leave the others waiting in a collective
             log.warning(
                 "step %d of %s/%s ran out of CUDA memory without activation checkpointing (%d tokens a pass); "
                 "rerunning it with checkpointing (set TrainConfig.memory_budget_gib lower to size passes for "
@@ -325,8 +336,10 @@ def run_passes(
     """Mini-batches of packed passes: forward, loss, backward per pass, one optimizer step per mini-batch."""
     import torch
 
+    from art_core.training import distributed
     from art_core.training.packing import batch_logprobs, pack_sequences
 
+    ranks = distributed.current()  # None: one process trains every sequence
     device = next(model.parameters()).device
     chunk = config.logit_chunk_tokens
     rng = random.Random(config.seed * 100003 + step)
@@ -338,19 +351,27 @@ def run_passes(
     entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
     params = [p for p in model.parameters() if p.requires_grad]
     off_reason = prefix_sharing_off_reason(config, attention)
-    packed = [
-        pack_sequences(
-            batch,
-            AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch]),
-            tokens_per_row,
-            device,
-            tokens_per_forward,
-            pad_id,
-            share_prefixes=off_reason is None,
-            tree_tokens=tree_tokens(model, config, tokens_per_row, max(len(s) for s in batch)),
+    packed = []
+    for batch in batches:
+        # Weights over the whole mini-batch, on every rank: the ranks' losses then add up to the step's.
+        weights = AGGREGATIONS[config.aggregation]([s.num_trainable for s in batch])
+        if ranks is not None:
+            mine = rank_share_of(batch, ranks)
+            batch, weights = [batch[i] for i in mine], [weights[i] for i in mine]
+        packed.append(
+            pack_sequences(
+                batch,
+                weights,
+                tokens_per_row,
+                device,
+                tokens_per_forward,
+                pad_id,
+                share_prefixes=off_reason is None,
+                tree_tokens=tree_tokens(model, config, tokens_per_row, max(len(s) for s in batch)),
+            )
+            if batch
+            else []
         )
-        for batch in batches
-    ]
     parts_of_step = [part for parts in packed for part in parts]
     metrics["tokens_in_batch"] = sum(part.in_batch_tokens for part in parts_of_step)
     metrics["tokens_computed"] = sum(part.real_tokens for part in parts_of_step)
@@ -402,10 +423,15 @@ def run_passes(
                 entropy_sum += float(entropy.sum())
             metrics["tokens"] += part.in_batch_tokens  # the step's sequences, whole: the work a step delivers
             metrics["passes"] += 1
+        if ranks is not None:
+            distributed.all_reduce_gradients(params)  # summed before clipping: every rank clips the same norm
         norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
         grad_norms.append(float(norm))
         optimizer.step()
         losses.append(batch_loss)
+    if ranks is not None:
+        entropy_sum, kl_ref_sum, losses = _sum_over_ranks(total, metrics, entropy_sum, kl_ref_sum, losses)
+        metrics["ranks"] = ranks.world
     n = max(total.tokens, 1)
     metrics.update(
         loss=sum(losses) / len(losses),
@@ -419,3 +445,33 @@ def run_passes(
     if config.beta > 0:
         metrics["kl"] = kl_ref_sum / n
     metrics.update(option_metrics_end(config, total))
+
+
+# Per-rank counts of a data-parallel step, summed so the step's metrics are the 1-process step's.
+_RANK_SUMMED = ("kl_to_sampler", "tokens", "passes", "tokens_in_batch", "tokens_computed", "shared_prefixes")
+
+
+def rank_share_of(batch: list[TokenizedTrajectory], ranks: Any) -> list[int]:
+    """Indices of the mini-batch's sequences this rank trains (distributed.rank_share, by token count)."""
+    from art_core.training.distributed import rank_share
+
+    return rank_share([len(s) for s in batch], [s.group_index for s in batch], ranks.world)[ranks.rank]
+
+
+def _like(old: Any, value: float) -> Any:
+    return round(value) if isinstance(old, int) else value
+
+
+def _sum_over_ranks(total: LossStats, metrics: dict, entropy_sum: float, kl_ref_sum: float, losses: list[float]):
+    """Sum a data-parallel step's statistics over ranks, in one collective; returns (entropy, kl_ref, losses)."""
+    from art_core.training.distributed import all_reduce_sums
+
+    fields = list(total.__dataclass_fields__)
+    values = [float(getattr(total, f)) for f in fields] + [float(metrics[k]) for k in _RANK_SUMMED]
+    summed = all_reduce_sums([*values, entropy_sum, kl_ref_sum, *losses])
+    for i, f in enumerate(fields):
+        setattr(total, f, _like(getattr(total, f), summed[i]))
+    for j, k in enumerate(_RANK_SUMMED):
+        metrics[k] = _like(metrics[k], summed[len(fields) + j])
+    rest = summed[len(values) :]
+    return rest[0], rest[1], rest[2:]

@@ -1,0 +1,154 @@
+"""Data-parallel train steps (art_core.training.distributed) on CPU: gloo, 2 spawned processes, the tiny model.
+
+A 2-rank step equals the 1-process step (loss, gradients through AdamW's first moment, written adapter); its
+checkpoint resumes on 1 rank; a rank killed mid-step fails the step naming it, with no process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from art_core.storage import Storage
+from art_core.store import ModelStore
+from art_core.training.config import TrainConfig
+from art_core.training.distributed import RankFailedError, rank_share, run_on_ranks
+from art_core.training.trainer import train_grpo_step
+from tests.training.test_trainer import _groups
+
+# Mini-batches of sequences of different lengths, so the ranks' shares differ and the weights must be global.
+CFG = TrainConfig(learning_rate=1e-2, num_optimizer_steps=2, seed=3)
+# Float32 sums taken in another order (ranks, then all-reduce) differ in the last bits. AdamW's first update is
+# lr * g / (|g| + eps) per element, so an element whose gradient is near 0 turns that noise into a visible move:
+# measured, a few elements of ~1e5 move by up to 2e-5 (0.2% of one step of lr 1e-2); gradients agree to 1e-5.
+ADAPTER_ATOL = 1e-4
+
+
+def _step_groups(step: int):
+    groups = _groups(10 + step, n_groups=3, size=4, length=12) + _groups(20 + step, n_groups=1, size=4, length=30)
+    return groups
+
+
+def _train(model: str, store: Storage, name: str, step: int, ranks: int):
+    return train_grpo_step(
+        base_model=model,
+        groups=_step_groups(step),
+        config=CFG.model_copy(update={"ranks": ranks}),
+        storage=store,
+        project="p",
+        name=name,
+        step=step,
+    )
+
+
+def _files(store: Storage, name: str, step: int) -> tuple[dict, dict]:
+    path = ModelStore(store, "p", name).checkpoint(step)
+    adapter = load_file(os.path.join(path, "adapter_model.safetensors"))
+    optimizer = torch.load(os.path.join(path, "optimizer.pt"))
+    return adapter, optimizer
+
+
+def _assert_same(a: dict, b: dict, relative: bool = False) -> None:
+    """Equal within float32 noise; `relative`: to 1e-4 of each tensor's largest element (Adam's moments)."""
+    assert a.keys() == b.keys()
+    for k in a:
+        if torch.is_tensor(a[k]) and a[k].numel() > 1:
+            atol = 1e-4 * float(a[k].abs().max()) if relative else ADAPTER_ATOL
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=atol, msg=k)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_path, tmp_path_factory):
+    """One run of 2 steps on 1 process ('one'), and one whose step 0 ran on 2 ranks and step 1 on 1 ('two')."""
+    from art_core.training.session import clear_model_cache
+
+    store = Storage(str(tmp_path_factory.mktemp("ranks")))
+    clear_model_cache()
+    results = {
+        "one": [_train(tiny_model_path, store, "one", 0, 1)],
+        "two": [_train(tiny_model_path, store, "two", 0, 2)],
+    }
+    clear_model_cache()  # step 1 of 'one' from storage too, as 'two' does
+    results["one"].append(_train(tiny_model_path, store, "one", 1, 1))
+    results["two"].append(_train(tiny_model_path, store, "two", 1, 1))
+    clear_model_cache()
+    return store, results
+
+
+def test_a_two_rank_step_equals_the_one_process_step(runs):
+    store, results = runs
+    one, two = results["one"][0].metrics, results["two"][0].metrics
+    assert two["ranks"] == 2 and "ranks" not in one
+    for key in ("trainable_tokens", "tokens", "tokens_in_batch", "trained_trajectories"):
+        assert one[key] == two[key], key
+    for key in ("loss", "grad_norm", "entropy", "kl_to_sampler", "clip_fraction"):
+        assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), key
+    adapter_one, opt_one = _files(store, "one", 1)
+    adapter_two, opt_two = _files(store, "two", 1)
+    _assert_same(adapter_one, adapter_two)
+    # AdamW's first and second moments are built from the (summed, clipped) gradients of both mini-batches.
+    for i, state in opt_one["state"].items():
+        _assert_same(state, opt_two["state"][i], relative=True)
+    assert any(v.abs().sum() > 0 for k, v in adapter_two.items() if "lora_B" in k)
+
+
+def test_a_checkpoint_written_on_two_ranks_resumes_on_one(runs):
+    store, results = runs
+    assert results["two"][1].step == 2 and ModelStore(store, "p", "two").is_complete(2)
+    assert results["two"][1].metrics["loss"] == pytest.approx(results["one"][1].metrics["loss"], rel=1e-4, abs=1e-7)
+    _assert_same(_files(store, "one", 2)[0], _files(store, "two", 2)[0])
+
+
+def test_the_split_balances_tokens_and_keeps_every_sequence_once():
+    lengths = [30, 12, 12, 12, 12, 30, 12, 12]
+    shares = rank_share(lengths, [0, 1, 1, 1, 1, 0, 2, 2], 2)
+    assert sorted(i for s in shares for i in s) == list(range(8))
+    assert [sum(lengths[i] for i in s) for s in shares] == [66, 66]
+    assert rank_share([5], [0], 2) == [[0], []]  # a rank may get nothing: it still joins the collectives
+
+
+def sleep_on_ranks(seconds: float) -> dict:
+    """A step stand-in for the failure tests: join a collective, then sleep (rank 1 raises if asked)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    if os.environ.get("ART_TEST_RAISE_ON") == os.environ["RANK"]:
+        raise ValueError("the step failed on purpose")
+    time.sleep(seconds)
+    dist.barrier()
+    return {"ok": True}
+
+
+def _gone(pids: list[int]) -> bool:
+    return not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+def test_a_killed_rank_fails_the_step_naming_it_and_leaves_no_process():
+    pids: list[int] = []
+
+    def kill_rank_1(started: list[int]) -> None:
+        pids.extend(started)
+        time.sleep(1.0)
+        os.kill(started[1], signal.SIGKILL)
+
+    t0 = time.time()
+    with pytest.raises(RankFailedError) as caught:
+        run_on_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=kill_rank_1)
+    assert time.time() - t0 < 60  # the launcher noticed the death, not a timeout
+    assert caught.value.rank == 1 and "rank 1 of 2" in str(caught.value) and "SIGKILL" in str(caught.value)
+    assert _gone(pids)
+
+
+def test_a_rank_that_raises_fails_the_step_with_its_error(monkeypatch):
+    monkeypatch.setenv("ART_TEST_RAISE_ON", "1")  # the spawned workers inherit the environment
+    pids: list[int] = []
+    with pytest.raises(RankFailedError) as caught:
+        run_on_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=pids.extend)
+    assert caught.value.rank == 1 and "the step failed on purpose" in str(caught.value)
+    assert _gone(pids)
