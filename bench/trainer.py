@@ -6,6 +6,7 @@
     .venv/bin/python bench/trainer.py --retail --real --steps 2   # shared prefixes on vs off, retail episodes
     .venv/bin/python bench/trainer.py --retail --device cuda --shape 1.5b --retail-groups 8
     .venv/bin/python bench/trainer.py --device cuda --shape 7b   # random Qwen2.5-7B shape on one GPU
+    .venv/bin/python bench/trainer.py --ranks 2  # data parallel: 1 rank vs 2 (TrainConfig.ranks), same step
 
 CPU (the default) and --memory are described here; --device cuda is described at `cuda_bench`.
 
@@ -419,6 +420,68 @@ def cpu_bench(steps: int, tokens_per_row: int | None, out: str, real: bool = Fal
         f"peak RSS of this process (both trainers, one after the other): "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB",
     ]
+    _write(lines, out)
+
+
+def ranks_bench(steps: int, ranks: int, out: str) -> None:
+    """1 rank vs `ranks` ranks (TrainConfig.ranks, art_core.training.distributed) on the same step: the tiny
+    'small' model, 32 sequences. Two figures per side: the whole call as a user pays it (with N > 1 ranks each
+    step spawns N workers that load the model: start-up included), and its passes (metrics['passes_seconds'],
+    rank 0: forward, backward, all-reduce, optimizer). On CUDA each rank takes one GPU; with one GPU, only
+    --ranks 1 is measured (the multi-GPU figures are unmeasured)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from art_core.storage import Storage
+    from art_core.testing.tiny_model import build_tiny_model, model_info
+    from art_core.training.config import TrainConfig
+    from art_core.training.session import clear_model_cache
+    from art_core.training.trainer import train_grpo_step
+
+    gpus = torch.cuda.device_count()
+    sides = [1] if gpus == 1 else [1, ranks]
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="bench-ranks-") as workdir:
+        model_path = build_tiny_model(os.path.join(workdir, "small"), size="small")
+        params = model_info(model_path)["parameters"]
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        groups = make_groups(tokenizer, n_groups=4, size=8, seed=0)
+        _, real_tokens, _ = trl_batch(groups, tokenizer)
+        for n in sides:
+            clear_model_cache()
+            config = TrainConfig(learning_rate=1e-3, ranks=n)
+            store = Storage(os.path.join(workdir, f"store-{n}"))
+            whole, passes = [], []
+            for step in range(steps + 1):  # the first is a warm-up (the 1-rank side loads its model there)
+                t0 = time.perf_counter()
+                result = train_grpo_step(
+                    base_model=model_path, groups=groups, config=config, storage=store, project="b", name="r", step=step
+                )
+                if step:
+                    whole.append(time.perf_counter() - t0)
+                    passes.append(result.metrics["passes_seconds"])
+            rows[n] = (whole, passes)
+    lines = [
+        f"bench/trainer.py --ranks {ranks}  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  torch "
+        f"{torch.__version__}, {_machine()}, {torch.get_num_threads()} threads a rank, load average "
+        f"{os.getloadavg()[0]:.1f} at the end (the machine was shared)",
+        f"model: tiny 'small' ({params / 1e6:.1f}M parameters), LoRA r 8, fp32; step: 32 sequences (4 groups x 8), "
+        f"{real_tokens} real tokens; median of {steps} steps after a warm-up step",
+    ]
+    for n, (whole, passes) in rows.items():
+        w, p = statistics.median(whole), statistics.median(passes)
+        lines.append(
+            f"  {n} rank{'s' if n > 1 else ' '}: whole call {w:6.3f} s/step {real_tokens / w:8.0f} tokens/s   "
+            f"passes {p:6.3f} s/step {real_tokens / p:8.0f} tokens/s   (whole {[round(t, 2) for t in whole]})"
+        )
+    if len(rows) > 1:
+        (w1, p1), (wn, pn) = rows[1], rows[ranks]
+        lines.append(
+            f"  {ranks} ranks / 1 rank tokens/s: whole call {statistics.median(w1) / statistics.median(wn):.2f}x, "
+            f"passes {statistics.median(p1) / statistics.median(pn):.2f}x"
+        )
+    else:
+        lines.append(f"  one GPU here: {ranks} ranks unmeasured")
     _write(lines, out)
 
 
@@ -843,6 +906,7 @@ def main() -> None:
     parser.add_argument("--sides", default="trl,ours", help="--device cuda: which trainers to run (trl, ours)")
     parser.add_argument("--profile", default=None, help="--device cuda: profile one step of ours into this file")
     parser.add_argument("--gpu-gib", type=float, default=None, help="--device cuda: act as a GPU of this many GiB")
+    parser.add_argument("--ranks", type=int, default=None, help="1 rank vs this many (TrainConfig.ranks), tiny model")
     parser.add_argument("--out", default=None, help="result file (default: bench/results/trainer-<mode>.txt)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -863,6 +927,9 @@ def main() -> None:
             shape,
             trl=args.trl,
         )
+    elif args.ranks:
+        device = "cuda" if args.device == "cuda" else "cpu"
+        ranks_bench(args.steps, args.ranks, args.out or os.path.join(results, f"trainer-ranks-{device}.txt"))
     elif args.memory:
         memory_bench(args.out or os.path.join(results, "trainer-memory-cpu.txt"))
     elif args.device == "cuda" or args.shape == "memory":

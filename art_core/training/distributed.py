@@ -297,6 +297,13 @@ def train_grpo_step_on_ranks(**step_kwargs: Any):
     """
     from art_core.training.result import TrainResult
 
+    import torch
+
     world = step_kwargs["config"].ranks
+    gpus = torch.cuda.device_count()
+    if gpus and world > gpus:
+        raise ValueError(
+            f"TrainConfig.ranks is {world} but {gpus} GPU(s) are visible here (CUDA_VISIBLE_DEVICES): one rank a GPU"
+        )
     text = run_on_ranks(world, "art_core.training.trainer.train_grpo_step", step_kwargs)
     return TrainResult.model_validate_json(text)

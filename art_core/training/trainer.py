@@ -232,6 +232,7 @@ def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], con
         log.warning("step %d of %s/%s trains nothing: %s", step, project, name, metrics["nothing_trained_reason"])
     else:
         fresh = dict(metrics)
+        passes_started = time.time()
         for attempt in range(2):  # a second try only after running out of CUDA memory without checkpointing
             try:
                 with (
@@ -275,6 +276,7 @@ def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], con
             metrics = {**fresh, "tokens_per_pass": tokens_per_forward, "tokens_per_row": tokens_per_row}
             metrics.update(gradient_checkpointing=1, out_of_memory_retries=1)
         metrics["peak_memory_gib"] = round(peak.gib, 3)
+        metrics["passes_seconds"] = time.time() - passes_started  # the step less loading, tokenizing and saving
     metrics["seconds"] = time.time() - session.started
     info = {"step": step + 1, "base_model": session.base_model, "config": config.model_dump(), "metrics": metrics}
     path = session.save(info)
