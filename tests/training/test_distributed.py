@@ -6,8 +6,11 @@ checkpoint resumes on 1 rank; a rank killed mid-step fails the step naming it, w
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -103,6 +106,27 @@ def test_a_checkpoint_written_on_two_ranks_resumes_on_one(runs):
     assert results["two"][1].step == 2 and ModelStore(store, "p", "two").is_complete(2)
     assert results["two"][1].metrics["loss"] == pytest.approx(results["one"][1].metrics["loss"], rel=1e-4, abs=1e-7)
     _assert_same(_files(store, "one", 2)[0], _files(store, "two", 2)[0])
+
+
+def test_torchrun_trains_the_same_step(runs, tiny_model_path):
+    """`torchrun -m art_core.training.torchrun_step` on 2 CPU processes writes the 1-process step's adapter."""
+    store, _ = runs
+    uri = store.join("p", "torchrun-groups.jsonl")
+    ModelStore(store, "p", "torchrun").write_groups(uri, _step_groups(0))
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    args = ["--base-model", tiny_model_path, "--groups", uri, "--storage", store.root, "--project", "p"]
+    args += ["--name", "torchrun", "--step", "0", "--config", CFG.model_dump_json(exclude={"ranks"})]
+    done = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "art_core.training.torchrun_step", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["step"] == 1 and result["metrics"]["ranks"] == 2
+    _assert_same(_files(store, "one", 1)[0], _files(store, "torchrun", 1)[0])
 
 
 def test_the_split_balances_tokens_and_keeps_every_sequence_once():
