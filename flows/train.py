@@ -9,6 +9,7 @@ or from the Prefect UI through the `train` deployment (deployments/prefect.yaml)
 the same config resumes: rollouts come from the cache in storage, steps whose checkpoint exists are not
 trained again, so a crashed or killed run picks up where it stopped. Steps checkpointed without rollouts
 (the sft flow's epochs) are not rolled out at all: the first rollouts sample the last such checkpoint.
+art_core.run_state holds these rules (and what is repaired when a cache outlived its file), tested alone.
 A run holds the model's lease (art_core.lease) from its first line to its end: a second run of the same
 project/model in the same storage is refused before any work, with the running one named.
 """
@@ -24,6 +25,7 @@ from pydantic import BaseModel
 
 from art_core.fanout import Replicas
 from art_core.rollouts import RolloutSpec, checkpoint_fingerprint
+from art_core.run_state import RunState, StepPlan, run_length
 from art_core.serving import server_lora_rank
 from art_core.step import GatherOutcome
 from art_core.store import ModelRef
@@ -122,7 +124,7 @@ def train(config: RunConfig) -> TrainSummary:
             held_from = time.time()
             warmup = sft_stage(config, ref, lease.check) if config.sft else None  # demonstrations -> SFT epochs
             # GRPO continues after SFT's last epoch (a model SFT started later than 0 may end past config.steps).
-            steps = max(config.steps, warmup.start_step + config.sft.epochs) if warmup else config.steps
+            steps = run_length(config.steps, warmup.start_step, config.sft.epochs) if warmup else config.steps
             summary = _train(config, ref, rollout, eval_rollout, lease.check, steps)  # gather -> score -> train
             summary.sft = warmup
             if config.scale.device_slot:
@@ -138,51 +140,109 @@ def _train(
     check_lease: Callable[[], None] = lambda: None,
     steps: int | None = None,
 ) -> TrainSummary:
-    results = result_storage_for(config.storage_url)
-    gather = with_result_storage(gather_trajectories, results)
-    score = with_result_storage(score_groups, results)
-    evaluate_step = with_result_storage(evaluate, results)
-    store = ref.store()
-    url, rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # the server serves our adapters
-    server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts
-    replicas, k = replicas_of(config), config.max_steps_off_policy
-    n = steps or config.steps  # checkpoints the run ends with, SFT's included
-    summary = TrainSummary(
-        storage_url=config.storage_url,
-        model_path=store.root,
-        rewards={},
-        checkpoints={},
-        trained_steps=[],
-        evaluations={},
-        report_paths={},
-    )
+    """Steps 0..n-1 (n: `steps`, SFT's epochs included) as gather -> score -> train -> evaluate; what storage
+    holds already (art_core.run_state) is resumed, skipped (SFT's epochs) or repaired, never done twice."""
+    run = RunState(ref.store(), steps or config.steps, config.max_steps_off_policy, config.eval_every)
+    tasks = _StepTasks(config, ref, rollout, eval_rollout, run)
+    gathers: dict[int, _Gather] = {}  # off policy: later steps' rollouts, gathered while a step trains
+    training: _Training | None = None  # the step being trained, recorded by finish() once its checkpoint exists
+    for step in range(run.last):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
+        plan = run.plan(step)  # checkpoint s + 1 complete: its rollouts are not read again (a resumed run)
+        if plan.sft:  # an SFT epoch's checkpoint: nothing to gather, score or train
+            training = tasks.finish(training)
+            tasks.trained_without_rollouts(step + 1)
+            continue
+        t0 = time.perf_counter()
+        gathered = tasks.gathered(gathers.pop(step, None) or tasks.start_gather(step), plan)
+        t1 = time.perf_counter()
+        scored = tasks.score(gathered, plan)
+        t2 = time.perf_counter()
+        training = tasks.finish(training)  # checkpoint `step` must exist before step `step` trains from it
+        check_lease()  # LeaseLost if another run took this model over: stop before writing another checkpoint
+        training = _Training(step, t0, t1 - t0, t2 - t1, gathered, scored, tasks.train(step, scored.uri))
+        for later in run.prefetch(step, gathers):  # off policy: the next k steps' rollouts, while this one trains
+            gathers[later] = tasks.start_gather(later)
+        if not run.off_policy:
+            training = tasks.finish(training)
+    tasks.finish(training)
+    tasks.summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
+    return tasks.summary
 
-    def start_gather(step: int):
+
+class _StepTasks:
+    """A run's Prefect tasks, bound to its config and results storage: one method per phase of a step, and
+    the summary they fill in."""
+
+    def __init__(
+        self, config: RunConfig, ref: ModelRef, rollout: RolloutSpec, eval_rollout: RolloutSpec, run: RunState
+    ) -> None:
+        results = result_storage_for(config.storage_url)
+        self.gather = with_result_storage(gather_trajectories, results)
+        self.score_groups = with_result_storage(score_groups, results)
+        self.evaluate = with_result_storage(evaluate, results)
+        self.config, self.ref, self.rollout, self.eval_rollout, self.run = config, ref, rollout, eval_rollout, run
+        self.url, self.rank = config.inference_url, server_lora_rank(config.train.lora_rank)  # it serves our adapters
+        self.server = config.server.model_dump(exclude_unset=True) or None  # settings for a server this process starts
+        self.replicas = replicas_of(config)
+        self.per_step = config.groups_per_step * config.group_size
+        self.summary = TrainSummary(
+            storage_url=config.storage_url,
+            model_path=run.store.root,
+            rewards={},
+            checkpoints={},
+            trained_steps=[],
+            evaluations={},
+            report_paths={},
+        )
+
+    def start_gather(self, step: int) -> _Gather:
         """Submit step `step`'s rollouts: from checkpoint `step` (k = 0), else the newest complete one."""
-        sample = step if not k else max(s for s in [0, *store.checkpoint_steps()] if s <= step)
-        args = (ref, rollout, step, checkpoint_fingerprint_of(ref, sample), url, rank)
-        extra = {"server": server} if replicas is None else {"replicas": replicas}
-        if not k:  # synchronous: runs in the flow's thread when its result is asked for
-            return _Done(lambda: gather(*args, **extra)), args, extra
-        extra.update(sample_step=sample, oldest_reusable=max(0, step - k))
-        return gather.submit(*args, **extra), args, extra
+        sample = self.run.sample_step(step)
+        args = (self.ref, self.rollout, step, checkpoint_fingerprint_of(self.ref, sample), self.url, self.rank)
+        extra: dict[str, Any] = {"server": self.server} if self.replicas is None else {"replicas": self.replicas}
+        if not self.run.off_policy:  # synchronous: runs in the flow's thread when its result is asked for
+            return _Gather(_Done(lambda: self.gather(*args, **extra)), args, extra)
+        extra.update(sample_step=sample, oldest_reusable=self.run.oldest_reusable(step))
+        return _Gather(self.gather.submit(*args, **extra), args, extra)
 
-    def train_one(step: int, scored_uri: str):
+    def gathered(self, started: _Gather, plan: StepPlan) -> GatherOutcome:
+        """A gather's outcome; gathered again when the cache outlived its file (deleted, damaged)."""
+        gathered = started.future.result()
+        if self.run.lost(plan, gathered.uri):
+            gathered = self.gather.with_options(refresh_cache=True)(*started.args, **started.extra)
+        return gathered
+
+    def score(self, gathered: GatherOutcome, plan: StepPlan) -> ScoreResult:
+        """RULER's scores of a step's groups; without a judge the environment's rewards stand (no task run)."""
+        if self.config.judge is None:
+            return ScoreResult(step=plan.step, uri=gathered.uri, summary=gathered.summary, judged=False, seconds=0.0)
+        args = (self.ref, gathered.uri, gathered.fingerprint, plan.step, self.config.judge)
+        scored = self.score_groups(*args)
+        if self.run.lost(plan, scored.uri):  # the cache outlived its file: scored again
+            scored = self.score_groups.with_options(refresh_cache=True)(*args)
+        return scored
+
+    def train(self, step: int, scored_uri: str) -> Any:
+        """Start training checkpoint `step + 1`: a Prefect future off policy, else a _Done run when waited for.
+        The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult."""
+        config, k = self.config, self.run.off_policy
         if config.scale.train_deployment:
             from tasks.remote import train_step_remotely
 
-            remote = config.scale.train_deployment, ref, scored_uri, step, config.train
+            remote = config.scale.train_deployment, self.ref, scored_uri, step, config.train
             if k:
                 return train_step_remotely.submit(*remote)
             return _Done(lambda: train_step_remotely(*remote, return_state=True).result())  # Cached or Completed
         if k:  # the servers stay awake: the next steps' rollouts are sampled while this one trains
-            return train_step.submit(ref, scored_uri, step, config.train, url, sleep_servers=False)
-        # The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult.
-        return _Done(lambda: train_step(ref, scored_uri, step, config.train, url, return_state=True).result())
+            return train_step.submit(self.ref, scored_uri, step, config.train, self.url, sleep_servers=False)
+        return _Done(lambda: train_step(self.ref, scored_uri, step, config.train, self.url, return_state=True).result())
 
-    def finish(running: _Training) -> None:
-        """Wait for a step's training, record it in the summary, print its line, evaluate when due."""
-        step, gathered, scored = running.step, running.gathered, running.scored
+    def finish(self, running: _Training | None) -> None:
+        """Wait for a step's training, record it in the summary, print its line, evaluate when due.
+        None: nothing is being trained any more (the caller's `training` becomes it)."""
+        if running is None:
+            return None
+        summary, step, gathered, scored = self.summary, running.step, running.gathered, running.scored
         trained = running.future.result()
         summary.step_done_at[step + 1] = time.time()
         summary.step_seconds[step + 1] = time.perf_counter() - running.started
@@ -200,91 +260,54 @@ def _train(
         if age is not None:
             summary.staleness[step + 1] = age
         print(
-            f"step {step + 1}/{n}: {int(gathered.summary['trajectories'])}/{per_step} rollouts, "
+            f"step {step + 1}/{self.run.last}: {int(gathered.summary['trajectories'])}/{self.per_step} rollouts, "
             f"reward {scored.summary['reward']:.3f}; gather {running.gather_s:.1f}s, "
             + (f"score {running.score_s:.1f}s, " if scored.judged else "")  # no judge: nothing was scored
             + f"train {trained.seconds:.1f}s{'' if trained.trained else ' (checkpoint existed)'}"
             + (f", sampled {age:g} step(s) behind" if age else "")
         )
-        evaluate_if_due(trained.step)
+        self.evaluate_if_due(trained.step)
+        return None
 
-    def evaluate_if_due(checkpoint: int) -> None:
-        if not config.eval_every or (checkpoint % config.eval_every and checkpoint != n):
+    def trained_without_rollouts(self, checkpoint: int) -> None:
+        """Record a checkpoint trained without rollouts (SFT's epochs), say so, evaluate it when due."""
+        self.summary.checkpoints[checkpoint] = self.run.store.checkpoint(checkpoint)
+        self.summary.phases[checkpoint] = "sft"
+        print(
+            f"step {checkpoint}/{self.run.last}: checkpoint {checkpoint} was trained without rollouts (SFT): "
+            "nothing to gather"
+        )
+        self.evaluate_if_due(checkpoint)
+
+    def evaluate_if_due(self, checkpoint: int) -> None:
+        if not self.run.eval_due(checkpoint):
             return
-        e = config.eval
-        report = evaluate_step(
-            ref,
-            eval_rollout,
+        e = self.config.eval
+        report = self.evaluate(
+            self.ref,
+            self.eval_rollout,
             checkpoint,
-            checkpoint_fingerprint_of(ref, checkpoint),
+            checkpoint_fingerprint_of(self.ref, checkpoint),
             e.split,
             e.scenarios,
             e.trials,
             e.success_threshold,
-            url,
-            rank,
-            server,
+            self.url,
+            self.rank,
+            self.server,
         )
-        if store.read_eval(checkpoint) is None:  # cached, but its file was lost or damaged: write it back
-            store.write_eval(checkpoint, report.model_dump(mode="json"))
-        summary.evaluations[checkpoint] = report.reward
+        self.run.keep_eval(checkpoint, report.model_dump(mode="json"))  # cached, but its file was lost: written back
+        self.summary.evaluations[checkpoint] = report.reward
         print(f"  eval step {checkpoint} on {e.split}: reward {report.reward:.3f}, pass^k {report.pass_k}")
 
-    def trained_elsewhere(step: int, trained: bool | None = None) -> bool:
-        """Checkpoint `step + 1` exists and no rollouts of step `step` do: it was not trained here on rollouts
-        (SFT's epochs), so there is nothing to gather, score or train for it. `trained`: whether checkpoint
-        `step + 1` is complete, when the caller knows already."""
-        trained = store.is_complete(step + 1) if trained is None else trained
-        return trained and not store.storage.exists(store.trajectories("train", step))
 
-    per_step = config.groups_per_step * config.group_size
-    gathers: dict[int, Any] = {}
-    training: _Training | None = None  # the step being trained, recorded by finish() once its checkpoint exists
-    for step in range(n):  # step s samples from checkpoint s (0: the base model) and trains checkpoint s + 1
-        trained = store.is_complete(step + 1)  # then its rollouts are not read again (a resumed run)
-        if trained_elsewhere(step, trained):
-            if training is not None:
-                finish(training)
-                training = None
-            summary.checkpoints[step + 1] = store.checkpoint(step + 1)
-            summary.phases[step + 1] = "sft"
-            print(f"step {step + 1}/{n}: checkpoint {step + 1} was trained without rollouts (SFT): nothing to gather")
-            evaluate_if_due(step + 1)
-            continue
-        t0 = time.perf_counter()
-        if step not in gathers:
-            gathers[step] = start_gather(step)
-        future, args, extra = gathers.pop(step)
-        gathered = future.result()
-        # The cache outlived its file (deleted, damaged): again, unless the step is trained already.
-        if not trained and store.read_groups(gathered.uri, damaged="warn") is None:
-            gathered = gather.with_options(refresh_cache=True)(*args, **extra)
-        t1 = time.perf_counter()
-        if config.judge is None:  # the environment's rewards stand: nothing to score, so no task run for it
-            scored = ScoreResult(step=step, uri=gathered.uri, summary=gathered.summary, judged=False, seconds=0.0)
-        else:
-            scored = score(ref, gathered.uri, gathered.fingerprint, step, config.judge)
-            if not trained and store.read_groups(scored.uri, damaged="warn") is None:
-                scored = score.with_options(refresh_cache=True)(
-                    ref, gathered.uri, gathered.fingerprint, step, config.judge
-                )
-        t2 = time.perf_counter()
-        if training is not None:  # checkpoint `step` must exist before step `step` trains from it
-            finish(training)
-        check_lease()  # LeaseLost if another run took this model over: stop before writing another checkpoint
-        training = _Training(step, t0, t1 - t0, t2 - t1, gathered, scored, train_one(step, scored.uri))
-        if k:  # the next k steps' rollouts are gathered while this step trains
-            for later in range(step + 1, min(n, step + 1 + k)):
-                if later not in gathers and not trained_elsewhere(later):
-                    gathers[later] = start_gather(later)
-        else:
-            finish(training)
-            training = None
-    if training is not None:
-        finish(training)
+@dataclass
+class _Gather:
+    """A started gather and the arguments that run it again (refresh_cache) when its file was lost."""
 
-    summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
-    return summary
+    future: Any  # a Prefect future or _Done; its result is the GatherOutcome
+    args: tuple
+    extra: dict[str, Any]
 
 
 @dataclass
