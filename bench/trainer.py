@@ -77,7 +77,6 @@ def make_groups(
 
 def trl_batch(groups, tokenizer):
     """The same sequences in TRL's layout: left-padded prompts, right-padded completions, advantages."""
-    import torch
 
     from art_core.training.advantages import group_advantages
     from art_core.training.tokenize import render, sampled_tokens
@@ -89,18 +88,26 @@ def trl_batch(groups, tokenizer):
             text = render(tokenizer, t.messages()[:-1], None, True)
             prompts.append(tokenizer.encode(text, add_special_tokens=False))
             completions.append(sampled_tokens(t.choices()[0])[0])
-    pad = tokenizer.pad_token_id
+    masks = [[1] * len(c) for c in completions]
+    batch = trl_tensors(prompts, completions, masks, advantages, tokenizer.pad_token_id)
+    real = sum(map(len, prompts)) + sum(map(len, completions))
+    return batch, real, len(prompts) * (max(map(len, prompts)) + max(map(len, completions)))
+
+
+def trl_tensors(prompts, completions, masks, advantages, pad: int) -> dict:
+    """TRL's batch layout: left-padded prompts, right-padded completions with their loss mask, advantages."""
+    import torch
+
     lp, lc = max(map(len, prompts)), max(map(len, completions))
     batch = {
         "prompt_ids": torch.tensor([[pad] * (lp - len(p)) + p for p in prompts]),
         "prompt_mask": torch.tensor([[0] * (lp - len(p)) + [1] * len(p) for p in prompts]),
         "completion_ids": torch.tensor([c + [pad] * (lc - len(c)) for c in completions]),
-        "completion_mask": torch.tensor([[1] * len(c) + [0] * (lc - len(c)) for c in completions]),
+        "completion_mask": torch.tensor([m + [0] * (lc - len(m)) for m in masks]),
         "advantages": torch.tensor(advantages, dtype=torch.float32),
     }
     batch["num_items_in_batch"] = batch["completion_mask"].sum()
-    real = sum(map(len, prompts)) + sum(map(len, completions))
-    return batch, real, len(prompts) * (lp + lc)
+    return batch
 
 
 def time_both(
@@ -535,7 +542,6 @@ def trl_batch_of_sequences(groups, tokenizer, config):
     """Retail episodes in TRL's layout: the tokens before a sequence's first trained token are its prompt (left
     padded), the rest its completion (right padded), masked to exactly the tokens ours trains (the assistant
     turns, not the tool results or the customer's turns between them). The same token ids ours trains on."""
-    import torch
 
     from art_core.training.trainer import prepare_sequences
 
@@ -546,17 +552,7 @@ def trl_batch_of_sequences(groups, tokenizer, config):
         prompts.append(s.input_ids[:first])
         completions.append(s.input_ids[first:])
         masks.append([int(t) for t in s.trainable[first:]])
-    pad = tokenizer.pad_token_id or 0
-    lp, lc = max(map(len, prompts)), max(map(len, completions))
-    batch = {
-        "prompt_ids": torch.tensor([[pad] * (lp - len(p)) + p for p in prompts]),
-        "prompt_mask": torch.tensor([[0] * (lp - len(p)) + [1] * len(p) for p in prompts]),
-        "completion_ids": torch.tensor([c + [pad] * (lc - len(c)) for c in completions]),
-        "completion_mask": torch.tensor([m + [0] * (lc - len(m)) for m in masks]),
-        "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32),
-    }
-    batch["num_items_in_batch"] = batch["completion_mask"].sum()
-    return batch
+    return trl_tensors(prompts, completions, masks, [s.advantage for s in seqs], tokenizer.pad_token_id or 0)
 
 
 def retail_bench(
