@@ -44,6 +44,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from openai.types.chat.chat_completion import Choice
 
+from art_core.progress import every_s
 from art_core.inference.http_client import RolloutActivity, current_rollout, watched_server
 from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup, escape_invalid_text
 
@@ -193,6 +194,7 @@ class _Progress:
         self.sums: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
         self.done_groups = self.exceptions = self.tokens = 0
+        self.requests = 0  # answered so far, from the heartbeat (StallReport.answered)
         self.bar = None
         if desc is not None:
             from art_core.progress import progress_bar
@@ -223,12 +225,22 @@ class _Progress:
         out.update({k: round(self.sums[k] / self.counts[k], 4) for k in names})
         if self.total_tokens:
             out["total_completion_tokens"] = self.tokens
+        if self.requests:
+            out["requests"] = self.requests
         return out
 
     def _tick(self, n: int) -> None:
         if self.bar is not None:
             self.bar.set_postfix(self.postfix(), refresh=False)
             self.bar.update(n)  # refreshes within tqdm's mininterval; close() draws the final state
+
+    def heartbeat(self, requests: int) -> None:
+        """Show the requests answered so far while no trajectory finishes: long episodes run concurrently
+        end together, and a log would otherwise stay silent for minutes (a line per ART_PROGRESS_EVERY_S)."""
+        self.requests = requests
+        if self.bar is not None:
+            self.bar.set_postfix(self.postfix(), refresh=False)
+            self.bar.update(0)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -257,6 +269,7 @@ class StallReport:
         self.total = 0
         self.last_finished = self.reported_at = time.monotonic()
         self.reports = 0
+        self.answered_by_finished = 0
 
     def start(self, name: str) -> RolloutActivity:
         """A rollout starts: its activity, to set in `current_rollout` while it runs."""
@@ -266,19 +279,29 @@ class StallReport:
         return activity
 
     def finish(self, activity: RolloutActivity) -> None:
-        self.unfinished.pop(activity, None)
+        if self.unfinished.pop(activity, False) is None:
+            self.answered_by_finished += activity.answered
         self.last_finished = time.monotonic()
+
+    def answered(self) -> int:
+        """Requests of the gather's rollouts answered so far (model turns taken, judge calls made)."""
+        return self.answered_by_finished + sum(a.answered for a in self.unfinished)
 
     def quiet_for(self, now: float) -> float:
         """Seconds since the last progress of any rollout."""
         return now - max([self.last_finished, *(a.last_progress for a in self.unfinished)])
 
-    async def watch(self) -> None:
-        """Run beside the gather (cancelled when it ends)."""
-        if not self.after_s:
+    async def watch(self, heartbeat: Callable[[int], None] | None = None) -> None:
+        """Run beside the gather (cancelled when it ends); `heartbeat` is given the requests answered so far
+        every few seconds (at most every ART_PROGRESS_EVERY_S)."""
+        if not self.after_s and heartbeat is None:
             return
         while True:
-            await asyncio.sleep(max(0.05, min(10.0, self.after_s / 4)))
+            await asyncio.sleep(max(0.05, min(10.0, self.after_s / 4 if self.after_s else 10.0, every_s())))
+            if heartbeat is not None:
+                heartbeat(self.answered())
+            if not self.after_s:
+                continue
             now = time.monotonic()
             quiet = self.quiet_for(now)
             if self.unfinished and quiet >= self.after_s and now - self.reported_at >= self.after_s:
@@ -435,7 +458,7 @@ async def gather_trajectory_groups(
         return outs
 
     tasks = [asyncio.ensure_future(run_group(p, g)) for g, p in enumerate(pending)]
-    watcher = asyncio.ensure_future(stalls.watch())
+    watcher = asyncio.ensure_future(stalls.watch(progress.heartbeat))
     try:
         finished = await asyncio.gather(*tasks)
     except BaseException:
@@ -446,6 +469,7 @@ async def gather_trajectory_groups(
         raise
     finally:
         watcher.cancel()
+        progress.requests = stalls.answered()
         progress.close()
     return [g for gs in finished for g in gs if g is not None]
 
@@ -514,9 +538,10 @@ async def gather_trajectories(
             progress.trajectory(t)
         return out if isinstance(out, Trajectory) else outs
 
-    watcher = asyncio.ensure_future(stalls.watch())
+    watcher = asyncio.ensure_future(stalls.watch(progress.heartbeat))
     try:
         return list(await asyncio.gather(*(run(aw, i) for i, aw in enumerate(items))))
     finally:
         watcher.cancel()
+        progress.requests = stalls.answered()
         progress.close()

@@ -81,12 +81,14 @@ class ServerStalled(httpx.ReadTimeout):
 
 class RolloutActivity:
     """One rollout of a gather, as its requests see it: its name, the requests it has in flight and when it last
-    made progress (a request answered, a byte of a streamed answer). The gather sets it in `current_rollout`."""
+    made progress (a request answered, a byte of a streamed answer), and how many of its requests were answered.
+    The gather sets it in `current_rollout`."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.in_flight: set[InFlight] = set()
         self.last_progress = time.monotonic()
+        self.answered = 0
 
     def progressed(self) -> None:
         self.last_progress = time.monotonic()
@@ -145,7 +147,9 @@ class ServerWatch:
     def end(self, flight: InFlight) -> None:
         self.in_flight.discard(flight)
         if flight.rollout is not None:
-            flight.rollout.in_flight.discard(flight)
+            if flight in flight.rollout.in_flight:  # a stream ends here twice: when read and when closed
+                flight.rollout.in_flight.discard(flight)
+                flight.rollout.answered += 1
             flight.rollout.progressed()
 
     @contextlib.asynccontextmanager

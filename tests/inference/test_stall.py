@@ -192,3 +192,26 @@ async def test_a_stalled_server_we_started_is_named_with_its_pid_and_log(tmp_pat
 def test_metrics_are_summed_over_engines():
     text = vllm_metrics(2, 1) + 'vllm:num_requests_running{engine="1",model_name="tiny"} 3.0\n'
     assert parse_metrics(text) == {"running": 5.0, "waiting": 1.0, "work": 12.0}
+
+
+async def test_a_gather_of_long_episodes_says_how_many_requests_were_answered_before_any_episode_ends(
+    capsys, monkeypatch
+):
+    # An evaluation's episodes run concurrently and end together, minutes in: until then its log line must still move.
+    monkeypatch.setenv("ART_PROGRESS_EVERY_S", "0.2")
+    turns = 8
+
+    async def episode(root: str) -> Trajectory:
+        async with openai_client(f"{root}/v1", "key", timeout=60) as client:
+            for _ in range(turns):
+                await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+        return Trajectory(reward=1.0)
+
+    async with LoopbackServer(vllm_metrics(1), 0.15) as server:
+        await gather_trajectory_groups([[episode(server.root), episode(server.root)]], pbar_desc="eval val")
+
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("eval val: ")]
+    before_the_end = [line for line in lines if line.startswith("eval val: 0/2 trajectory") and "requests=" in line]
+    assert before_the_end, lines
+    assert all(0 < int(line.split("requests=")[1]) < 2 * turns for line in before_the_end), lines
+    assert lines[-1].startswith("eval val: 2/2 trajectory (100%)") and lines[-1].endswith(f"requests={2 * turns}")
