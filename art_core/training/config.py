@@ -215,6 +215,15 @@ class TrainConfig(BaseModel):
         "equal the 1-rank step's; checkpoints resume on any number of ranks. >1 spawns that many local workers "
         "per step; under torchrun, WORLD_SIZE sets it. The GPU work pool and the SkyPilot task ask for this many GPUs.",
     )
+    shard_base: Literal["auto", "off", "on"] = Field(
+        "auto",
+        description="With ranks > 1, shard the frozen base model's weights over the step's ranks with FSDP2 "
+        "(art_core.training.fsdp): each rank keeps 1/ranks of every decoder layer and gathers a layer only while it "
+        "runs, for a base whose weights do not fit one GPU. LoRA weights, their gradients and AdamW's state stay whole "
+        "on every rank, so loss, gradients and checkpoint equal the 1-rank step's. 'auto': on only on CUDA, where "
+        "the whole model would leave a rank too little memory for one pass (art_core.training.memory); 'on' forces it "
+        "(needs ranks > 1); 'off' keeps a whole replica on every rank.",
+    )
 
     # ---- precision and reproducibility ----
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
@@ -258,6 +267,11 @@ class TrainConfig(BaseModel):
             self.aggregation = "constant_norm"
         if self.kl_ref_adapter_path and self.beta <= 0:
             raise ValueError("kl_ref_adapter_path is the KL penalty's reference: set beta (kl_penalty_coef) > 0 too")
+        if self.shard_base == "on" and self.ranks == 1:
+            raise ValueError(
+                "shard_base='on' shards the base model over the step's ranks, but ranks is 1: set ranks > 1 "
+                "(or shard_base 'auto'/'off')"
+            )
         return self
 
     @property

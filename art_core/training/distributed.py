@@ -22,6 +22,15 @@ Why the result equals the single-process step (tests/training/test_distributed.p
 Prefix sharing (prefixes.py) stays exact: a group's sequences on one rank share their prefix; those split
 over two ranks each compute it, which costs time, not correctness.
 
+Sharding the base (`TrainConfig.shard_base`, fsdp.py): with it on, each rank holds 1/N of the frozen base's
+decoder layers (FSDP2 `fully_shard`) and gathers a layer's weights only while it runs. The LoRA weights stay
+whole on every rank and outside FSDP, so `all_reduce_gradients` is still their one reduction (FSDP reduces nothing:
+the base is frozen), clipping sees the global norm and rank 0 writes the same adapter. Every pass is then a
+collective, so each rank runs as many passes as the busiest (`fsdp.pad_to_lockstep`, idle passes without trained
+tokens). tests/training/test_fsdp.py checks on CPU (gloo, 2 processes) that the sharded step equals the
+1-process step and resumes on one process; 'auto' shards only on CUDA when the whole model leaves a rank too little
+memory for a pass. Not measured on GPUs yet (docs/multi-gpu.md).
+
 Failure: the launcher (`run_on_ranks`) polls its workers; the first one to die or raise fails the step
 with `RankFailedError` naming the rank, and the others are stopped by pid. A rank that hangs without dying
 is bounded by the collective timeout (`timeout_s`), after which its peers raise. A failed step wrote no

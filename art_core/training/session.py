@@ -212,6 +212,8 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from art_core.training import distributed
+
     lora_key = (
         config.lora_rank,
         config.lora_alpha,
@@ -220,6 +222,8 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
         config.seed,
         config.dtype,
     )
+    if distributed.current() is not None or config.shard_base == "on":  # a plain step keeps its key (and cache)
+        lora_key += (config.shard_base,)
     cached = _CACHE.get(base_model)
     if cached is not None and cached.lora_key == lora_key:
         return cached
@@ -233,8 +237,16 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
     )
     log.info("training %s in %s on %s: %s", base_model, dtype_name, device.type, why)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+    shard = False
+    if distributed.current() is not None or config.shard_base == "on":
+        from art_core.training import fsdp
+
+        shard, why = fsdp.want_sharding(config, shape, torch.finfo(dtype).bits // 8, device)
+        log.info("base model %s sharded over the step's ranks: %s (%s)", base_model, "yes" if shard else "no", why)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+    if not shard:  # a sharded base moves to the device shard by shard (fsdp.shard_base)
+        model = model.to(device)
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
@@ -244,6 +256,14 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
     )
     torch.manual_seed(config.seed)  # the LoRA A matrices are random: same seed, same adapter
     model = get_peft_model(model, lora)
+    if shard:
+        held = fsdp.shard_base(model, device)
+        log.info(
+            "base model %s: %d modules sharded, %.3f GiB of weights on this rank",
+            base_model,
+            held["units"],
+            held["held_gib"],
+        )
     model.train()
     initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
     loaded = LoadedModel(model, tokenizer, device, lora_key, initial)

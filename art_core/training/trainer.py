@@ -338,7 +338,7 @@ def run_passes(
     """Mini-batches of packed passes: forward, loss, backward per pass, one optimizer step per mini-batch."""
     import torch
 
-    from art_core.training import distributed
+    from art_core.training import distributed, fsdp
     from art_core.training.packing import batch_logprobs, pack_sequences
 
     ranks = distributed.current()  # None: one process trains every sequence
@@ -380,6 +380,11 @@ def run_passes(
     metrics["shared_prefixes"] = sum(part.shared_prefixes for part in parts_of_step)
     if off_reason is not None:
         metrics["prefix_sharing_off_reason"] = off_reason
+    if ranks is not None and fsdp.is_sharded(model):
+        # Each pass gathers a sharded base's layers from every rank: all ranks run the busiest rank's pass count.
+        idle = pack_sequences([min(seqs, key=len)], [0.0], tokens_per_row, device, tokens_per_forward, pad_id)[0]
+        metrics["idle_passes"] = fsdp.pad_to_lockstep(packed, idle, device)
+        metrics["sharded_base"] = 1
     if config.old_logprobs == "recompute":
         # Score every part with the policy as it is before this step's first update.
         with torch.no_grad():
