@@ -307,6 +307,33 @@ def test_write_tools_move_money_and_status(db):
         assert "not available" in result
 
 
+def test_cancelling_after_a_payment_change_refunds_each_method_what_it_still_paid(db):
+    # A gift-card order moves to the customer's other payment method, then is cancelled: the gift card was
+    # refunded by the change and must not be refunded again (its balance gains the order's amount once); the
+    # new method gets its payment back.
+    state = json.loads(json.dumps(db))
+    tools = RETAIL.tools
+    order = next(
+        o
+        for o in state["orders"].values()
+        if o["status"] == "pending"
+        and o["payment_history"][0]["payment_method_id"].startswith("gift_card")
+        and len(state["users"][o["user_id"]]["payment_methods"]) > 1
+    )
+    paid = order["payment_history"][0]
+    methods = state["users"][order["user_id"]]["payment_methods"]
+    card = methods[paid["payment_method_id"]]
+    other = next(m for m in methods.values() if m["id"] != card["id"] and m["source"] != "gift_card")
+    balance = card["balance"]
+    tools["modify_pending_order_payment"](state, order_id=order["order_id"], payment_method_id=other["id"])
+    tools["cancel_pending_order"](state, order_id=order["order_id"], reason="no longer needed")
+    assert card["balance"] == round(balance + paid["amount"], 2)
+    refunds = [
+        (p["payment_method_id"], p["amount"]) for p in order["payment_history"] if p["transaction_type"] == "refund"
+    ]
+    assert refunds == [(card["id"], paid["amount"]), (other["id"], paid["amount"])]
+
+
 def test_schemas_describe_exactly_the_tools():
     by_name = {s["function"]["name"]: s["function"] for s in RETAIL.tool_schemas}
     assert set(by_name) == set(RETAIL.tools)

@@ -40,8 +40,8 @@ Call = tuple[str, dict[str, Any]]
 DIFFERENCES: dict[str, str] = {
     "retail/find_user_id_by_email": "ours strips spaces around the email; tau2 matches it as typed",
     "retail/find_user_id_by_name_zip": "ours strips spaces around name and zip; tau2 matches them as typed",
-    "retail/cancel_pending_order": "after a payment change, tau2 refunds every payment_history entry (the refund "
-    "too), ours only the 'payment' entries",
+    "retail/cancel_pending_order": "after a payment change, tau2 refunds every payment_history entry (the change's "
+    "refund too); ours refunds each method what it still has paid",
     "retail/modify_pending_order_address": "tau2 also changes a 'pending (item modified)' order; ours only 'pending'",
     "retail/modify_pending_order_items": "tau2 gives every changed line the last new variant's price and options, "
     "books a $0 'refund' for an even swap, stores the amount unrounded and accepts empty item lists; ours does none",

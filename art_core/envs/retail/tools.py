@@ -101,6 +101,15 @@ def _charge(pm: dict[str, Any], amount: float) -> None:
         pm["balance"] = round(pm["balance"] - amount, 2)
 
 
+def _net_paid(order: dict[str, Any]) -> dict[str, float]:
+    """Payment method -> what it has paid for the order and not been refunded (only those above 0), in order."""
+    net: dict[str, float] = {}
+    for p in order["payment_history"]:
+        sign = {"payment": 1, "refund": -1}.get(p["transaction_type"], 0)
+        net[p["payment_method_id"]] = round(net.get(p["payment_method_id"], 0.0) + sign * p["amount"], 2)
+    return {method: amount for method, amount in net.items() if amount > 0}
+
+
 def _refund(pm: dict[str, Any], amount: float) -> None:
     if pm["source"] == "gift_card":
         pm["balance"] = round(pm["balance"] + amount, 2)
@@ -162,15 +171,10 @@ def cancel_pending_order(db: Database, order_id: str, reason: str) -> dict[str, 
     _status(order, "pending")
     if reason not in CANCEL_REASONS:
         raise ToolError(f"reason must be one of {list(CANCEL_REASONS)}")
-    for payment in [p for p in order["payment_history"] if p["transaction_type"] == "payment"]:
-        _refund(_payment(db, order, payment["payment_method_id"]), payment["amount"])
-        order["payment_history"].append(
-            {
-                "transaction_type": "refund",
-                "amount": payment["amount"],
-                "payment_method_id": payment["payment_method_id"],
-            }
-        )
+    # Each method gets back what it still has paid: after a payment change the first method was refunded already.
+    for method, amount in _net_paid(order).items():
+        _refund(_payment(db, order, method), amount)
+        order["payment_history"].append({"transaction_type": "refund", "amount": amount, "payment_method_id": method})
     order["status"] = "cancelled"
     order["cancel_reason"] = reason
     return order
