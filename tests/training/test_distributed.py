@@ -88,14 +88,20 @@ def test_a_two_rank_step_equals_the_one_process_step(runs):
     store, results = runs
     one, two = results["one"][0].metrics, results["two"][0].metrics
     assert two["ranks"] == 2 and "ranks" not in one
+    assert_same_step(store, results, "two")
+
+
+def assert_same_step(store: Storage, results: dict, name: str) -> None:
+    """Run `name`'s step 0 equals run 'one''s: token counts, loss and statistics, the adapter and AdamW's state."""
+    one, two = results["one"][0].metrics, results[name][0].metrics
     for key in ("trainable_tokens", "tokens", "tokens_in_batch", "trained_trajectories"):
         assert one[key] == two[key], key
     for key in ("loss", "grad_norm", "entropy", "kl_to_sampler", "clip_fraction"):
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), key
     adapter_one, opt_one = _files(store, "one", 1)
-    adapter_two, opt_two = _files(store, "two", 1)
+    adapter_two, opt_two = _files(store, name, 1)
     _assert_same(adapter_one, adapter_two)
-    # AdamW's first and second moments are built from the (summed, clipped) gradients of both mini-batches.
+    # AdamW's first and second moments are built from the (summed once, clipped) gradients of every mini-batch.
     for i, state in opt_one["state"].items():
         _assert_same(state, opt_two["state"][i], relative=True)
     assert any(v.abs().sum() > 0 for k, v in adapter_two.items() if "lora_B" in k)
