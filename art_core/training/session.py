@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from art_core.storage import Storage
+from art_core.training import fsdp
 from art_core.training.checkpoints import load_checkpoint, save_checkpoint
 from art_core.training.config import TrainConfig
 from art_core.training.precision import choose_train_dtype
@@ -214,16 +215,8 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
 
     from art_core.training import distributed
 
-    lora_key = (
-        config.lora_rank,
-        config.lora_alpha,
-        config.lora_dropout,
-        tuple(config.lora_target_modules),
-        config.seed,
-        config.dtype,
-    )
-    if distributed.current() is not None or config.shard_base == "on":  # a plain step keeps its key (and cache)
-        lora_key += (config.shard_base,)
+    may_shard = distributed.current() is not None or config.shard_base == "on"
+    lora_key = _lora_key(config, may_shard)
     cached = _CACHE.get(base_model)
     if cached is not None and cached.lora_key == lora_key:
         return cached
@@ -237,12 +230,7 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
     )
     log.info("training %s in %s on %s: %s", base_model, dtype_name, device.type, why)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-    shard = False
-    if distributed.current() is not None or config.shard_base == "on":
-        from art_core.training import fsdp
-
-        shard, why = fsdp.want_sharding(config, shape, torch.finfo(dtype).bits // 8, device)
-        log.info("base model %s sharded over the step's ranks: %s (%s)", base_model, "yes" if shard else "no", why)
+    shard = may_shard and _want_sharding(base_model, config, shape, torch.finfo(dtype).bits // 8, device)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
     if not shard:  # a sharded base moves to the device shard by shard (fsdp.shard_base)
@@ -258,17 +246,31 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
     model = get_peft_model(model, lora)
     if shard:
         held = fsdp.shard_base(model, device)
-        log.info(
-            "base model %s: %d modules sharded, %.3f GiB of weights on this rank",
-            base_model,
-            held["units"],
-            held["held_gib"],
-        )
+        log.info("%s: %d modules sharded, %.3f GiB of weights here", base_model, held["units"], held["held_gib"])
     model.train()
     initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
     loaded = LoadedModel(model, tokenizer, device, lora_key, initial)
     _CACHE[base_model] = loaded
     return loaded
+
+
+def _lora_key(config: TrainConfig, may_shard: bool) -> tuple:
+    """What a cached model was built with: another key loads it again. A plain step's key leaves sharding out."""
+    key = (
+        config.lora_rank,
+        config.lora_alpha,
+        config.lora_dropout,
+        tuple(config.lora_target_modules),
+        config.seed,
+        config.dtype,
+    )
+    return key + (config.shard_base,) if may_shard else key
+
+
+def _want_sharding(base_model: str, config: TrainConfig, shape: Any, dtype_bytes: int, device: Any) -> bool:
+    shard, why = fsdp.want_sharding(config, shape, dtype_bytes, device)
+    log.info("base model %s sharded over the step's ranks: %s (%s)", base_model, "yes" if shard else "no", why)
+    return shard
 
 
 def release_cuda_cache() -> None:
