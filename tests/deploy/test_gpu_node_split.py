@@ -1,0 +1,74 @@
+"""How the SkyPilot GPU node (deployments/gpu-node.sky.yaml) splits its GPUs between the vLLM replica and the
+Prefect worker whose flow runs are the train steps: its own `run` script, executed by bash with stand-ins for
+nvidia-smi, prefect and python on PATH that record what they were started with.
+
+With `--gpus H100:8` the replica gets GPU 0 and every train step the other 7 (so `TrainConfig.ranks` up to 7);
+with one GPU both share it. SkyPilot's own loader is checked in test_skypilot.py; this needs no SkyPilot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = ROOT / "deployments" / "gpu-node.sky.yaml"
+
+# Each stand-in appends one JSON line: which program, its arguments, and the GPUs it was given.
+RECORDER = """#!/usr/bin/env python3
+import json, os, sys
+with open(os.environ["RECORD"], "a") as f:
+    f.write(json.dumps({"program": os.path.basename(sys.argv[0]), "args": sys.argv[1:],
+                        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+"""
+
+
+def run_node(tmp_path: Path, gpus: int) -> list[dict]:
+    """The task's `run` script on a node with `gpus` GPUs; what each program was started with."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("prefect", "python"):
+        (bin_dir / name).write_text(RECORDER)
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "nvidia-smi").write_text(
+        "#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n" for i in range(gpus))
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "activate").write_text("")  # the node's venv: PATH stays ours
+    record = tmp_path / "record.jsonl"
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "RECORD": str(record),
+        "ART_BASE_MODEL": "Qwen/Qwen2.5-7B-Instruct",
+        "ART_GPU_POOL": "art-gpu",
+        "ART_REPLICA_ARGS": "",
+    }
+    script = yaml.safe_load(TASK.read_text())["run"]
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the node runs bash")
+def test_eight_gpus_give_the_replica_one_and_each_train_step_seven(tmp_path):
+    records = run_node(tmp_path, gpus=8)
+    replica = next(r for r in records if r["program"] == "python" and r["args"][:2] == ["-m", "art_core.replica"])
+    worker = next(r for r in records if r["program"] == "prefect" and r["args"][:2] == ["worker", "start"])
+    assert replica["gpus"] == "0" and "--gpu-memory-utilization" in replica["args"]
+    assert worker["gpus"] == "1,2,3,4,5,6,7"  # a flow run inherits it: TrainConfig.ranks may be up to 7
+    assert worker["args"][worker["args"].index("--pool") + 1] == "art-gpu"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the node runs bash")
+def test_one_gpu_is_shared_by_the_replica_and_the_train_steps(tmp_path):
+    records = run_node(tmp_path, gpus=1)
+    replica = next(r for r in records if r["program"] == "python" and r["args"][:2] == ["-m", "art_core.replica"])
+    worker = next(r for r in records if r["program"] == "prefect" and r["args"][:2] == ["worker", "start"])
+    assert replica["gpus"] is None and worker["gpus"] is None  # both see the one GPU
+    assert "--gpu-memory-utilization" not in replica["args"]  # the replica keeps its default share
