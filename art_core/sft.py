@@ -13,6 +13,7 @@ GRPO run (backend.train, or the train flow) continues from it with its step numb
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from art_core.model import TrainableModel
     from art_core.store import ModelStore
     from art_core.training.config import TrainConfig
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "SFTChunk",
@@ -257,8 +260,34 @@ def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
         return key, int(store.storage.read_json(marker)["start_step"])
     steps = store.checkpoint_steps()
     start = steps[-1] if steps else 0
+    for other in _unfinished_stages(store, data, start):
+        # The same file under other settings (a changed --sft-epochs, say) is a new stage on top of the latest
+        # checkpoint, not the rest of the old one: say so, since a user who meant to continue loses nothing yet.
+        log.warning(
+            "SFT of %s: these settings differ from the stage that began at checkpoint %d (%s), %d of whose %d "
+            "epochs are done; a new stage starts at checkpoint %d with its own schedule, and the old stage's "
+            "remaining epochs are not trained. To finish the old stage instead, run again with its settings.",
+            data,
+            other["start_step"],
+            ", ".join(
+                f"{k} {other['spec'][k]!r} -> {v!r}" for k, v in spec.model_dump().items() if other["spec"].get(k) != v
+            ),
+            start - other["start_step"],
+            other["spec"]["epochs"],
+            start,
+        )
     store.storage.write_json(marker, {"start_step": start, "data": data, "spec": spec.model_dump()})
     return key, start
+
+
+def _unfinished_stages(store: "ModelStore", data: str, latest: int) -> list[dict[str, Any]]:
+    """The SFT stages recorded for `data` on this model whose last epoch's checkpoint is past `latest`."""
+    folder = store.path("sft")
+    if not store.storage.exists(folder):
+        return []
+    names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in store.storage.fs.ls(folder, detail=False))
+    stages = [store.storage.read_json(store.path("sft", name)) for name in names if name.endswith(".json")]
+    return [s for s in stages if s.get("data") == data and s["start_step"] + s["spec"]["epochs"] > latest]
 
 
 def store_expert_demonstrations(

@@ -119,3 +119,26 @@ def test_a_lost_evaluation_report_is_written_back_once(store):
 def test_grpo_continues_after_sfts_last_epoch():
     assert run_length(5, sft_start=0, sft_epochs=2) == 5  # checkpoints 1-2 SFT, 3-5 GRPO
     assert run_length(4, sft_start=3, sft_epochs=2) == 5  # SFT began on a model with 3 checkpoints
+
+
+def test_changing_sft_settings_mid_stage_says_a_new_stage_starts_and_what_changed(store, tmp_path, caplog):
+    from art_core.sft import SFTSpec, sft_plan
+
+    data = str(tmp_path / "demos.jsonl")
+    with open(data, "w") as f:
+        f.write('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n')
+    assert sft_plan(store, data, SFTSpec(epochs=2))[1] == 0
+    complete(store, 1)  # the first of its 2 epochs is done; the run stops
+    assert sft_plan(store, data, SFTSpec(epochs=2))[1] == 0  # the same settings again: the same stage goes on
+    assert "differ" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="art_core.sft"):
+        assert sft_plan(store, data, SFTSpec(epochs=1))[1] == 1  # other settings: a new stage, on checkpoint 1
+    assert "differ from the stage that began at checkpoint 0 (epochs 2 -> 1), 1 of whose 2 epochs are done" in (
+        caplog.text
+    )
+    assert "a new stage starts at checkpoint 1" in caplog.text
+    caplog.clear()
+    complete(store, 2)  # that stage is done; the first one now counts as finished too (nothing left below 2)
+    with caplog.at_level(logging.WARNING, logger="art_core.sft"):
+        sft_plan(store, data, SFTSpec(epochs=3))
+    assert "differ" not in caplog.text
