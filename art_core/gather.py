@@ -44,8 +44,8 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from openai.types.chat.chat_completion import Choice
 
-from art_core.progress import every_s
 from art_core.inference.http_client import RolloutActivity, current_rollout, watched_server
+from art_core.progress import every_s, progress_bar
 from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup, escape_invalid_text
 
 log = logging.getLogger(__name__)
@@ -197,8 +197,6 @@ class _Progress:
         self.requests = 0  # answered so far, from the heartbeat (StallReport.answered)
         self.bar = None
         if desc is not None:
-            from art_core.progress import progress_bar
-
             self.bar = progress_bar(total=trajectories, desc=desc, unit="trajectory")
 
     def trajectory(self, t: Trajectory) -> None:
