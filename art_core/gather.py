@@ -240,7 +240,9 @@ class _Progress:
             self.bar.set_postfix(self.postfix(), refresh=False)
             self.bar.update(0)
 
-    def close(self) -> None:
+    def close(self, requests: int) -> None:
+        """The last line, with the gather's final count of answered requests."""
+        self.requests = requests
         if self.bar is not None:
             self.bar.set_postfix(self.postfix(), refresh=False)
             self.bar.refresh()
@@ -467,8 +469,7 @@ async def gather_trajectory_groups(
         raise
     finally:
         watcher.cancel()
-        progress.requests = stalls.answered()
-        progress.close()
+        progress.close(stalls.answered())
     return [g for gs in finished for g in gs if g is not None]
 
 
@@ -541,5 +542,4 @@ async def gather_trajectories(
         return list(await asyncio.gather(*(run(aw, i) for i, aw in enumerate(items))))
     finally:
         watcher.cancel()
-        progress.requests = stalls.answered()
-        progress.close()
+        progress.close(stalls.answered())
