@@ -270,7 +270,9 @@ def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
             data,
             other["start_step"],
             ", ".join(
-                f"{k} {other['spec'][k]!r} -> {v!r}" for k, v in spec.model_dump().items() if other["spec"].get(k) != v
+                f"{k} {other['spec'].get(k)!r} -> {v!r}"
+                for k, v in spec.model_dump().items()
+                if other["spec"].get(k) != v
             ),
             start - other["start_step"],
             other["spec"]["epochs"],
