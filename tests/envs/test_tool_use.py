@@ -175,3 +175,41 @@ async def test_a_forced_call_gets_room_for_its_longest_spelling(fake_chat_server
     assert max_match_tokens(tool_call_regex(env.tools())) > len('<tool_call>\n{"name": "lookup_price"}')
     with pytest.raises(ValueError, match="bound its repeats"):
         max_match_tokens("a+")
+
+
+@pytest.mark.vllm
+async def test_a_conversation_that_outgrows_the_context_ends_the_episode_not_the_gather(vllm_endpoint):
+    """A customer whose second message pushes the conversation past the model's context (16,384 positions for the
+    tiny model): vLLM refuses the next call with HTTP 400, and the episode ends as "context_full" with the turn
+    it had, rather than the rollout raising and failing its whole gather (as it did in a real retail run at
+    8,192). The same refusal on the first call is the run's settings at fault and is raised."""
+    from openai import BadRequestError
+
+    client = AsyncOpenAI(base_url=vllm_endpoint.base_url, api_key=vllm_endpoint.api_key or "x")
+    sampling = {"max_tokens": 4, "temperature": 0.0}
+    essay = " ".join(f"word{k}" for k in range(20_000))
+
+    async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
+        return "", False
+
+    async def long_winded(text: str) -> str:
+        return essay
+
+    cut_replies_go_on = Rules(stop_at_length=False)  # as in customer service: a cut reply reaches the customer
+    traj = opening()
+    episode = await run_episode(
+        client,
+        vllm_endpoint.model,
+        traj,
+        sampling,
+        {},
+        call_tool=call_tool,
+        customer=long_winded,
+        rules=cut_replies_go_on,
+    )
+    assert (episode.stop_reason, episode.turns) == ("context_full", 1)
+    assert [m["role"] for m in traj.messages()] == ["system", "user", "assistant", "user"]
+    assert len(traj.messages_and_choices[2].logprobs.content) > 0  # the turn it had is kept, trainable
+
+    with pytest.raises(BadRequestError, match="maximum context length"):
+        await run_episode(client, vllm_endpoint.model, opening(essay), sampling, {}, call_tool=call_tool, rules=Rules())

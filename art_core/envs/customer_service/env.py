@@ -5,13 +5,14 @@
     >>> trajectory = await env.rollout(client, "my-model@3", scenario, temperature=1.0, max_tokens=256)
     >>> trajectory.reward, trajectory.metrics["r_actions"], trajectory.metadata["task_id"]
 
-One episode (played by `art_core.envs.tool_use.episode.run_episode`): the system prompt is the domain's
-policy; the customer speaks first; then each turn the agent model is called with the tools. Its tool calls run against the episode's own copy of the
-database (results come back as `tool` messages; bad calls come back as error text), and a plain
-reply goes to the customer. It ends when the customer writes STOP, the agent calls a terminal tool
-(a transfer to a human), or after `max_turns` agent turns. Each agent turn is kept as the returned
-`Choice` (with its sampled token ids and logprobs): that is what the trainer trains on. The reward is
-`domain.reward`: the final database against the gold replay, and the task's outputs against the plain
+One episode (played by `art_core.envs.tool_use.episode.run_episode`): the system prompt is the domain's policy;
+the customer speaks first; then each turn the agent model is called with the tools. Its tool calls run against
+the episode's own copy of the database (results come back as `tool` messages; bad calls come back as error
+text), and a plain reply goes to the customer. It ends when the customer writes STOP, the agent calls a terminal
+tool (a transfer to a human), after `max_turns` agent turns, or when the conversation outgrows the model's
+context (both cut-offs count as `truncated`, and the reward reads what was done by then). Each agent turn is
+kept as the returned `Choice` (with its sampled token ids and logprobs): that is what the trainer trains on. The
+reward is `domain.reward`: the final database against the gold replay, and the task's outputs against the plain
 replies the customer saw (text that comes with tool calls is not shown to the customer).
 
 `force_tool_calls=True` is for random-weight test models, which never write a tool call on their own:
@@ -127,7 +128,10 @@ class CustomerServiceEnv(Environment):
         scores = reward(self.domain, self.db, db, task, episode.said)
         traj.reward = scores["reward"]
         traj.metrics.update(
-            scores, turns=episode.turns, truncated=episode.stop_reason == "max_turns", **episode.counts()
+            scores,
+            turns=episode.turns,
+            truncated=episode.stop_reason in ("max_turns", "context_full"),
+            **episode.counts(),
         )
         traj.metadata["stop_reason"] = episode.stop_reason
         return traj.finish()

@@ -17,6 +17,9 @@ The hooks are what the environments differ in:
 - `customer(agent_text) -> reply`: a simulated customer, or None when the first reply without a tool call ends it;
 - `rules`: the stop signals (texts by which the customer ends the conversation, in the opening message or any
   reply) and the limits (turns, messages, failed calls, a reply cut by max_tokens, terminal tools);
+- a conversation that outgrows the model's context on the way (the server refuses the next call with its 400)
+  ends as "context_full", scored like any other cut-off episode, rather than failing the rollout and with it
+  the gather; the same refusal of the first call (the opening alone, or with max_tokens, is too long) is raised.
 - scoring is the caller's: it reads the returned `Episode` (stop reason, counts, what the customer was told).
 """
 
@@ -56,7 +59,8 @@ class Rules:
 class Episode:
     """How an episode went: why it ended and what was counted on the way."""
 
-    stop_reason: str  # user_stop, answered, terminal_tool, max_turns, max_steps, max_tokens, too_many_errors
+    stop_reason: str  # user_stop, answered, terminal_tool, max_turns, max_steps, max_tokens, too_many_errors,
+    # context_full
     turns: int = 0
     steps: int = 0
     tool_calls: int = 0
@@ -97,14 +101,20 @@ async def run_episode(
         if rules.max_steps is not None and ep.steps >= rules.max_steps:
             stop = "max_steps"
             break
+        try:
+            completion = await client.chat.completions.create(
+                model=model,
+                messages=traj.messages(),
+                tools=traj.tools,
+                extra_body=extra_body or None,
+                **{"logprobs": True, **sampling},
+            )
+        except Exception as error:
+            if ep.turns == 0 or not context_full(error):
+                raise  # an opening that alone outgrows the context is the run's settings at fault: say so loudly
+            stop = "context_full"  # the conversation so far is the episode; no call was made this turn
+            break
         ep.turns += 1
-        completion = await client.chat.completions.create(
-            model=model,
-            messages=traj.messages(),
-            tools=traj.tools,
-            extra_body=extra_body or None,
-            **{"logprobs": True, **sampling},
-        )
         choice = completion.choices[0]
         traj.messages_and_choices.append(choice)
         ep.steps += 1
@@ -138,6 +148,13 @@ async def run_episode(
             stop = "user_stop"
     ep.stop_reason = stop
     return ep
+
+
+def context_full(error: BaseException) -> bool:
+    """Whether `error` is the server's refusal of a conversation longer than the model's context: vLLM answers
+    HTTP 400 naming the "maximum context length", for a prompt that alone is too long and for one that leaves
+    no room for max_tokens."""
+    return getattr(error, "status_code", None) == 400 and "maximum context length" in str(error)
 
 
 def tool_calls(choice: Choice, turn: int) -> list[tuple[str, str, str]]:
