@@ -188,3 +188,38 @@ def test_the_command_line_prints_the_counts(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "retail train:" in printed and "scenarios demonstrated" in printed and "never-acts reward" in printed
     assert len(out.read_text().splitlines()) == int(printed.split(": ")[1].split(" of ")[0])
+
+
+def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
+    """train_reward="progress" gives train rollouts partial credit, so a group of a small model's attempts that
+    all fail the task still differ: doing nothing < finding the customer and stopping before the first write <
+    the expert's whole job (1.0). Val rollouts of the same environment keep the all-or-nothing task reward."""
+    from art_core.envs import load_environment
+    from art_core.envs.customer_service.expert import expert_policy
+
+    for domain in DOMAINS:
+        env = load_environment(domain, seed=0, user="scripted", max_turns=30, train_reward="progress")
+        expert = expert_policy(domain)
+        writes = env.domain.write_tools
+
+        def stops_before_writing(opening):
+            play = expert(opening)
+            turn = next(play)
+            while not (hasattr(turn, "name") and turn.name in writes):
+                turn = play.send((yield turn))
+            yield from never_acts(opening)
+
+        scenarios = [s for s in env.scenarios("train") if scenario_category(s) == "write"][:6]
+        done, halfway, idle = (play_policy(env, scenarios, p) for p in (expert, stops_before_writing, never_acts))
+        for s, full, half, none in zip(scenarios, done, halfway, idle):
+            if isinstance(full, CannotDemonstrate):
+                continue  # a retail customer with two requests: the expert does not play it
+            assert full.reward == 1.0 == full.metrics["reward"], (domain, s.id)
+            assert none.reward < half.reward < full.reward, (domain, s.id, none.reward, half.reward)
+            assert half.metrics["reward"] == none.metrics["reward"] == 0.0  # the task reward: both failed
+
+        val = [s for s in env.scenarios("val") if scenario_category(s) == "write"][:4]
+        played = [t for t in play_policy(env, val, stops_before_writing) if not isinstance(t, CannotDemonstrate)]
+        assert played
+        for t in played:
+            assert t.reward == t.metrics["reward"] == 0.0 and t.metrics["progress"] > 0.0

@@ -101,3 +101,51 @@ def reward(
     said = [_normalize(s) for s in said_to_user]
     r_outputs = float(all(any(_normalize(o) in s for s in said) for o in task.outputs))
     return {"reward": r_actions * r_outputs, "r_actions": r_actions, "r_outputs": r_outputs}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call the agent made in an episode, as the environment ran it."""
+
+    name: str
+    arguments: str  # the JSON text the model wrote
+    result: str  # what the agent read back
+    error: bool
+
+
+def progress(
+    domain: Domain, initial_db: Database, final_db: Database, task: Task, calls: list[Call], said_to_user: list[str]
+) -> float:
+    """Partial credit in [0, 1] for how far an episode got, a training signal where `reward` is all or nothing
+    (a small model's group of rollouts that all score 0 teaches GRPO nothing). A third each for:
+
+    - finding the customer: a successful call whose result names the task's user id;
+    - the writes: the fraction of the task's gold writes made exactly (name and arguments), halved when the
+      final database still differs from the gold replay's (a wrong or extra write); where the task wants no
+      write, 1 when the database is unchanged, else 0;
+    - the outputs: the fraction of the task's required outputs said to the customer (1 when there are none).
+
+    Only an environment's train-split rollouts use it, and only when asked (`train_reward="progress"`); its
+    evaluation always reads `reward`.
+    """
+    found = any(not c.error and task.user_id in c.result for c in calls)
+    gold = [a for a in task.actions if a.name not in domain.terminal_tools]
+    exact = hash_db(final_db) == hash_db(replay(domain, initial_db, task.actions))
+    if gold:
+        made = [(c.name, _arguments(c.arguments)) for c in calls if not c.error and c.name in domain.write_tools]
+        writes = sum((a.name, a.kwargs) in made for a in gold) / len(gold) * (1.0 if exact else 0.5)
+    else:
+        writes = float(exact)
+    said = [_normalize(s) for s in said_to_user]
+    outputs = (
+        sum(any(_normalize(o) in s for s in said) for o in task.outputs) / len(task.outputs) if task.outputs else 1.0
+    )
+    return (found + writes + outputs) / 3
+
+
+def _arguments(text: str) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None

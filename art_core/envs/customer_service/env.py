@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.categories import scenario_category
-from art_core.envs.customer_service.domain import Database, Domain, Task, reward
+from art_core.envs.customer_service.domain import Call, Database, Domain, Task, progress, reward
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
@@ -54,6 +54,9 @@ class CustomerServiceOptions(BaseModel):
     max_turns: int = Field(default=30, ge=1)  # agent turns (model calls) before the episode is cut off
     force_tool_calls: bool = False  # constrain every agent turn to one well-formed tool call (vLLM only)
     user_patience: int = Field(default=3, ge=1)  # scripted user: unhelpful turns before it gives up
+    # The reward of train-split rollouts: "task" (1 only when the task is done, what evaluation reads) or
+    # "progress" (partial credit, see `domain.progress`). Val and test rollouts always get the task reward.
+    train_reward: Literal["task", "progress"] = "task"
 
 
 class CustomerServiceEnv(Environment):
@@ -112,8 +115,12 @@ class CustomerServiceEnv(Environment):
             metadata={"env": self.name, "task_id": task.id, "split": scenario.split, "seed": self.options.seed},
         )
 
+        calls: list[Call] = []
+
         async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
-            return self.domain.run(db, name, arguments)
+            text, error = self.domain.run(db, name, arguments)
+            calls.append(Call(name, arguments, text, error))
+            return text, error
 
         rules = Rules(
             stop_signals=(STOP,),
@@ -126,7 +133,9 @@ class CustomerServiceEnv(Environment):
             client, model, traj, sampling, extra_body, call_tool=call_tool, customer=user.reply, rules=rules
         )
         scores = reward(self.domain, self.db, db, task, episode.said)
-        traj.reward = scores["reward"]
+        scores["progress"] = progress(self.domain, self.db, db, task, calls, episode.said)
+        shaped = self.options.train_reward == "progress" and scenario.split == "train"
+        traj.reward = scores["progress"] if shaped else scores["reward"]
         traj.metrics.update(
             scores,
             turns=episode.turns,
