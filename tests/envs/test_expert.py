@@ -202,7 +202,7 @@ def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
         expert = expert_policy(domain)
         writes = env.domain.write_tools
 
-        def stops_before_writing(opening):
+        def stops_before_writing(opening, expert=expert, writes=writes):
             play = expert(opening)
             turn = next(play)
             while not (hasattr(turn, "name") and turn.name in writes):
@@ -214,12 +214,12 @@ def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
         for s, full, half, none in zip(scenarios, done, halfway, idle):
             if isinstance(full, CannotDemonstrate):
                 continue  # a retail customer with two requests: the expert does not play it
-            assert full.reward == 1.0 == full.metrics["reward"], (domain, s.id)
+            assert full.reward == 1.0 == full.metrics["task_reward"], (domain, s.id)
             assert none.reward < half.reward < full.reward, (domain, s.id, none.reward, half.reward)
-            assert half.metrics["reward"] == none.metrics["reward"] == 0.0  # the task reward: both failed
+            assert half.metrics["task_reward"] == none.metrics["task_reward"] == 0.0  # the task reward: both failed
 
         val = [s for s in env.scenarios("val") if scenario_category(s) == "write"][:4]
         played = [t for t in play_policy(env, val, stops_before_writing) if not isinstance(t, CannotDemonstrate)]
         assert played
         for t in played:
-            assert t.reward == t.metrics["reward"] == 0.0 and t.metrics["progress"] > 0.0
+            assert t.reward == t.metrics["task_reward"] == 0.0 and t.metrics["progress"] > 0.0

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from art_core.envs import load_environment
-from art_core.envs.tau2.data import fresh_copy
+from art_core.envs.tool_use.tools import fresh_copy
 from art_core.envs.tau2.reward import assertion_reply_model, communicate, score
 from art_core.rewards.config import JudgeConfig
 from art_core.rewards.judge import JudgeError

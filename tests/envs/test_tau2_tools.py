@@ -13,7 +13,7 @@ import pytest
 from art_core.envs import load_environment
 from art_core.envs.tau2.airline import AirlineRules
 from art_core.envs.tau2.data import FILES, Tau2DataMissing, load_tau2_data, package_folder, render_scenario
-from art_core.envs.tau2.data import fresh_copy
+from art_core.envs.tool_use.tools import fresh_copy
 
 
 @pytest.fixture(scope="module")

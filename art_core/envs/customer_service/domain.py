@@ -7,7 +7,6 @@ canonical JSON form), and every required output must have been said to the user.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from art_core.envs.tool_use.tools import ToolError, ToolFn, run_tool
+from art_core.envs.tool_use.tools import ToolError, ToolFn, fresh_copy, run_tool
 
 Database = dict[str, Any]
 
@@ -81,7 +80,7 @@ def call_tool(domain: Domain, db: Database, name: str, kwargs: dict[str, Any]) -
 
 def replay(domain: Domain, db: Database, actions: list[Action]) -> Database:
     """A copy of `db` with the actions applied in order (a gold action that errors is a generator bug)."""
-    out = copy.deepcopy(db)
+    out = fresh_copy(db)
     for a in actions:
         if a.name in domain.terminal_tools:
             continue
@@ -94,10 +93,17 @@ def _normalize(text: str) -> str:
 
 
 def reward(
-    domain: Domain, initial_db: Database, final_db: Database, task: Task, said_to_user: list[str]
+    domain: Domain,
+    initial_db: Database,
+    final_db: Database,
+    task: Task,
+    said_to_user: list[str],
+    gold_hash: str | None = None,
 ) -> dict[str, float]:
-    """1.0 only if the final database equals the gold replay and every required output was said."""
-    r_actions = float(hash_db(final_db) == hash_db(replay(domain, initial_db, task.actions)))
+    """1.0 only if the final database equals the gold replay and every required output was said. `gold_hash`:
+    `hash_db` of the gold replay, where the caller keeps it (an environment computes it once per task)."""
+    gold = gold_hash or hash_db(replay(domain, initial_db, task.actions))
+    r_actions = float(hash_db(final_db) == gold)
     said = [_normalize(s) for s in said_to_user]
     r_outputs = float(all(any(_normalize(o) in s for s in said) for o in task.outputs))
     return {"reward": r_actions * r_outputs, "r_actions": r_actions, "r_outputs": r_outputs}
@@ -113,9 +119,7 @@ class Call:
     error: bool
 
 
-def progress(
-    domain: Domain, initial_db: Database, final_db: Database, task: Task, calls: list[Call], said_to_user: list[str]
-) -> float:
+def progress(domain: Domain, task: Task, calls: list[Call], said_to_user: list[str], exact: bool) -> float:
     """Partial credit in [0, 1] for how far an episode got, a training signal where `reward` is all or nothing
     (a small model's group of rollouts that all score 0 teaches GRPO nothing). A third each for:
 
@@ -125,12 +129,12 @@ def progress(
       write, 1 when the database is unchanged, else 0;
     - the outputs: the fraction of the task's required outputs said to the customer (1 when there are none).
 
-    Only an environment's train-split rollouts use it, and only when asked (`train_reward="progress"`); its
+    `exact`: whether the final database equals the gold replay's (`reward`'s r_actions). Only an environment's
+    train-split rollouts use it, and only when asked (`train_reward="progress"`); its
     evaluation always reads `reward`.
     """
     found = any(not c.error and task.user_id in c.result for c in calls)
     gold = [a for a in task.actions if a.name not in domain.terminal_tools]
-    exact = hash_db(final_db) == hash_db(replay(domain, initial_db, task.actions))
     if gold:
         made = [(c.name, _arguments(c.arguments)) for c in calls if not c.error and c.name in domain.write_tools]
         writes = sum((a.name, a.kwargs) in made for a in gold) / len(gold) * (1.0 if exact else 0.5)

@@ -29,7 +29,6 @@ test model: pass max_tokens=256 or more.
 
 from __future__ import annotations
 
-import copy
 from functools import cached_property
 from typing import Any, Literal
 
@@ -37,10 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.categories import scenario_category
-from art_core.envs.customer_service.domain import Call, Database, Domain, Task, progress, reward
+from art_core.envs.customer_service.domain import Call, Database, Domain, Task, hash_db, progress, replay, reward
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
+from art_core.envs.tool_use.tools import fresh_copy
 from art_core.trajectories import Trajectory
 
 
@@ -66,6 +66,7 @@ class CustomerServiceEnv(Environment):
         self.domain = domain
         self.name = domain.name
         self.options = CustomerServiceOptions(**options)
+        self._gold_hashes: dict[str, str] = {}
 
     @cached_property
     def db(self) -> Database:
@@ -75,6 +76,12 @@ class CustomerServiceEnv(Environment):
     @cached_property
     def tasks(self) -> dict[str, list[Task]]:
         return self.domain.make_tasks(self.db, self.options.seed)
+
+    def gold_hash(self, task: Task) -> str:
+        """`hash_db` of the task's gold replay on the initial database, computed once per task."""
+        if task.id not in self._gold_hashes:
+            self._gold_hashes[task.id] = hash_db(replay(self.domain, self.db, task.actions))
+        return self._gold_hashes[task.id]
 
     @property
     def constrains_sampling(self) -> bool:
@@ -101,7 +108,7 @@ class CustomerServiceEnv(Environment):
         """Play one episode of `scenario` with `model` served by `client` (an `openai.AsyncOpenAI`)."""
         sampling, extra_body = turn_sampling(sampling)
         task = Task.model_validate(scenario.data["task"])
-        db = copy.deepcopy(self.db)
+        db = fresh_copy(self.db)
         user = self.make_user(task)
         tools = self.tools()
         if self.options.force_tool_calls:
@@ -132,10 +139,13 @@ class CustomerServiceEnv(Environment):
         episode = await run_episode(
             client, model, traj, sampling, extra_body, call_tool=call_tool, customer=user.reply, rules=rules
         )
-        scores = reward(self.domain, self.db, db, task, episode.said)
-        scores["progress"] = progress(self.domain, self.db, db, task, calls, episode.said)
+        scores = reward(self.domain, self.db, db, task, episode.said, gold_hash=self.gold_hash(task))
+        # "task_reward", not "reward": a metric named reward would be averaged into the trajectory's own reward
+        # by the gather's progress line and the history
+        scores["task_reward"] = scores.pop("reward")
+        scores["progress"] = progress(self.domain, task, calls, episode.said, exact=scores["r_actions"] == 1.0)
         shaped = self.options.train_reward == "progress" and scenario.split == "train"
-        traj.reward = scores["progress"] if shaped else scores["reward"]
+        traj.reward = scores["progress"] if shaped else scores["task_reward"]
         traj.metrics.update(
             scores,
             turns=episode.turns,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -92,11 +91,6 @@ def load_tau2_data(domain: Tau2Domain, data_dir: str | os.PathLike | None = None
     return Tau2Data(
         domain=domain, folder=str(folder), db=db, tasks=tasks, splits=splits, policy=(folder / "policy.md").read_text()
     )
-
-
-def fresh_copy(db: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a JSON database, about 2.5x faster than copy.deepcopy (0.05 s for retail's 2.8 MB)."""
-    return pickle.loads(pickle.dumps(db, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def render_scenario(task: dict[str, Any]) -> str:

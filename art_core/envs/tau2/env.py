@@ -31,12 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.users import LLMUserSettings
 from art_core.envs.tau2.customer import ScriptedTau2User
-from art_core.envs.tau2.data import Tau2Data, find_folder, fresh_copy, load_tau2_data
+from art_core.envs.tau2.data import Tau2Data, find_folder, load_tau2_data
 from art_core.envs.tau2.reward import GoldReplay, gold_replay, score
 from art_core.envs.tau2.user import GREETING, STOP_SIGNALS, Tau2User, default_user_settings
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
-from art_core.envs.tool_use.tools import ToolFn, run_tool
+from art_core.envs.tool_use.tools import ToolFn, fresh_copy, run_tool
 from art_core.rewards.config import JudgeConfig
 from art_core.trajectories import Trajectory
 

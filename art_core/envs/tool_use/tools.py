@@ -18,9 +18,16 @@ else propagates (fail loud: a bug in a tool is not the agent's mistake).
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any, Callable, Mapping
 
 ToolFn = Callable[..., Any]  # fn(state, **kwargs) -> a str, a number or a JSON-able value; raises to refuse
+
+
+def fresh_copy(db: Any) -> Any:
+    """A deep copy of a JSON-like database (an episode's own), about 2.5x faster than copy.deepcopy (0.05 s for
+    tau2 retail's 2.8 MB)."""
+    return pickle.loads(pickle.dumps(db, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class ToolError(Exception):
