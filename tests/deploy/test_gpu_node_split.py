@@ -19,12 +19,21 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "deployments" / "gpu-node.sky.yaml"
 
-# Each stand-in appends one JSON line: which program, its arguments, and the GPUs it was given.
+# Each stand-in appends one JSON line: which program, its arguments, and the GPUs it was given. The two servers
+# (the replica, the worker) then stay up until both have started, as real ones would: the script ends as soon as
+# one of them ends, and a stand-in that exited at once could end it before the other one had started.
 RECORDER = """#!/usr/bin/env python3
-import json, os, sys
+import json, os, sys, time
+SERVERS = (["-m", "art_core.replica"], ["worker", "start"])
 with open(os.environ["RECORD"], "a") as f:
     f.write(json.dumps({"program": os.path.basename(sys.argv[0]), "args": sys.argv[1:],
                         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+deadline = time.monotonic() + 30
+while sys.argv[1:3] in SERVERS and time.monotonic() < deadline:
+    with open(os.environ["RECORD"]) as f:
+        if sum(json.loads(line)["args"][:2] in SERVERS for line in f) == 2:
+            break
+    time.sleep(0.05)
 """
 
 
