@@ -1,16 +1,18 @@
-"""deploy_to="merged": the merged safetensors folder answers like base + adapter, through real vLLM.
+"""deploy_to="merged": the merged safetensors folder is a plain model that answers like base + adapter.
 
-Base + adapter (LoRA applied at run time, loaded by deploy_to="vllm") and the merged folder (a plain
-model) are served side by side and asked the same prompts greedily:
-
-- in float32 (both servers started here with dtype float32, on every CPU kind) the greedy tokens must be
-  the same and the logprobs equal within 0.01 nats (measured 0.0000);
-- in bfloat16 (the session server and a merged server in vLLM's bf16, where the CPU computes bf16:
-  AVX512-BF16 or AMX) LoRA's separate low-rank product and the merged weight round differently. The
-  tiny model's final norm is scaled 4x, so its logits are large and near-ties flip: greedy tokens may
-  part (seen on an AMX Xeon: 628 != 2140 at the third token), and once they part the continuations are
-  different texts. So the bf16 check compares the logprobs of the tokens up to where the two first
-  differ, within 0.5 nats (a logit of ~40 rounds by up to ~0.16 in bf16's 8-bit mantissa).
+- Exactly, in float32, in this process (every CPU): the merged folder loaded by transformers gives the same
+  next-token log-probabilities as the base with the adapter applied by peft, within 1e-3 nats.
+- Through real vLLM: the merged folder served as a plain model next to the session server's base + adapter
+  (LoRA applied at run time, loaded by deploy_to="vllm"), asked the same prompts greedily, in the session
+  server's dtype. One server start (the merged one); the float32 pair of servers this test once started cost
+  two more on every run.
+  - float32 (a CPU without bf16 support): the greedy tokens must be the same and the logprobs equal within
+    0.01 nats (measured 0.0000).
+  - bfloat16 (AVX512-BF16 or AMX): LoRA's separate low-rank product and the merged weight round differently.
+    The tiny model's final norm is scaled 4x, so its logits are large and near-ties flip: greedy tokens may
+    part (seen on an AMX Xeon: 628 != 2140 at the third token), and once they part the continuations are
+    different texts. So the check compares the logprobs of the tokens up to where the two first differ,
+    within 0.5 nats (a logit of ~40 rounds by up to ~0.16 in bf16's 8-bit mantissa).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import pytest
 
 from art_core.deploy import deploy_model
-from art_core.inference.server import ServerConfig, VLLMServer, cpu_has_bf16
+from art_core.inference.server import ServerConfig, VLLMServer
 from art_core.serving import Endpoint
 from art_core.storage import Storage
 from art_core.store import ModelRef
@@ -33,8 +35,9 @@ PROMPTS = [
     [{"role": "user", "content": "Where is my order 1234?"}],
     [{"role": "system", "content": "You answer with one color."}, {"role": "user", "content": "Sky?"}],
 ]
-FLOAT32_TOLERANCE = 0.01  # nats per sampled token
-BF16_TOLERANCE = 0.5
+IN_PROCESS_TOLERANCE = 1e-3  # nats, float32 transformers: merged vs peft's base + adapter
+FLOAT32_TOLERANCE = 0.01  # nats per sampled token, vLLM in float32
+BF16_TOLERANCE = 0.5  # vLLM in bf16
 
 
 async def _greedy(client, model: str, messages) -> tuple[list[int], list[float]]:
@@ -87,36 +90,41 @@ async def _compare(lora_endpoint: Endpoint, ref: ModelRef, merged: VLLMServer, b
     return out
 
 
-async def test_merged_export_answers_like_base_plus_adapter_in_float32(tiny_model_path, tmp_path):
+async def test_merged_weights_equal_base_plus_adapter_in_float32(tiny_model_path, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     ref, merged_dir = await _merged_folder(tmp_path, tiny_model_path)
-    with_lora = _server(tmp_path, tiny_model_path, "base", "float32", lora=True)
-    merged = _server(tmp_path, merged_dir, "merged", "float32", lora=False)
-    with_lora.start()
-    try:
-        merged.start()
-        try:
-            lora_endpoint = Endpoint(base_url=with_lora.base_url, api_key=with_lora.api_key, base_name="base")
-            results = await _compare(lora_endpoint, ref, merged, "base")
-        finally:
-            merged.stop()
-    finally:
-        with_lora.stop()
-    diffs = []
-    for lora_ids, merged_ids, _, lora_lps, merged_lps in results:
-        assert merged_ids == lora_ids, f"merged {merged_ids} != base+adapter {lora_ids}"
-        diffs += [abs(a - b) for a, b in zip(lora_lps, merged_lps)]
-    print(f"float32 logprob |merged - base+adapter|: max {max(diffs):.4f} nats")
-    assert max(diffs) < FLOAT32_TOLERANCE
+    store = ref.store()
+    adapter = store.storage.get_dir(store.checkpoint(1), str(tmp_path / "adapter"))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    with_adapter = PeftModel.from_pretrained(base, adapter).eval()
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
+    worst, moved = 0.0, 0.0
+    with torch.no_grad():
+        for messages in PROMPTS:
+            ids = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )
+            a = torch.log_softmax(with_adapter(**ids).logits.float(), -1)
+            b = torch.log_softmax(merged(**ids).logits.float(), -1)
+            with with_adapter.disable_adapter():
+                plain = torch.log_softmax(with_adapter(**ids).logits.float(), -1)
+            worst = max(worst, (a - b).abs().max().item())
+            moved = max(moved, (a - plain).abs().max().item())
+    print(f"float32 in process: |merged - base+adapter| max {worst:.2e} nats; the adapter moves {moved:.2f}")
+    assert moved > 1.0, "the adapter must change the answers, or this proves nothing"
+    assert worst < IN_PROCESS_TOLERANCE
 
 
-@pytest.mark.skipif(not cpu_has_bf16(), reason="bf16 check: this CPU has neither AVX512-BF16 nor AMX")
-async def test_merged_export_is_close_to_base_plus_adapter_in_bf16(
+async def test_vllm_serves_the_merged_export_like_base_plus_adapter(
     vllm_server, vllm_endpoint, tiny_model_path, tmp_path
 ):
-    if vllm_server.config.resolved_dtype(vllm_server.device) not in (None, "bfloat16", "auto"):
-        pytest.skip("the session server does not run bf16 here")
+    dtype = vllm_server.config.resolved_dtype(vllm_server.device) or "auto"
     ref, merged_dir = await _merged_folder(tmp_path, tiny_model_path)
-    merged = _server(tmp_path, merged_dir, "merged", None, lora=False)
+    merged = _server(tmp_path, merged_dir, "merged", vllm_server.config.dtype, lora=False)
     merged.start()
     try:
         session = Endpoint(
@@ -126,9 +134,12 @@ async def test_merged_export_is_close_to_base_plus_adapter_in_bf16(
     finally:
         merged.stop()
     diffs = []
+    exact = dtype == "float32"
     for lora_ids, merged_ids, _, lora_lps, merged_lps in results:
+        if exact:
+            assert merged_ids == lora_ids, f"merged {merged_ids} != base+adapter {lora_ids}"
         # Up to and including the first token where they part: after it the two continue different texts.
         same = next((i for i, (a, b) in enumerate(zip(lora_ids, merged_ids)) if a != b), len(lora_ids) - 1)
         diffs += [abs(a - b) for a, b in zip(lora_lps[: same + 1], merged_lps[: same + 1])]
-    print(f"bf16 logprob |merged - base+adapter| up to the first differing token: max {max(diffs):.4f} nats")
-    assert max(diffs) < BF16_TOLERANCE
+    print(f"vLLM {dtype}: logprob |merged - base+adapter| up to the first differing token: max {max(diffs):.4f}")
+    assert max(diffs) < (FLOAT32_TOLERANCE if exact else BF16_TOLERANCE)
