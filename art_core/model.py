@@ -102,13 +102,14 @@ class Model(BaseModel, Generic[ConfigT]):
     def openai_client(self, **kwargs: Any) -> "openai.AsyncOpenAI":
         """An `openai.AsyncOpenAI` pointed at this model's endpoint (`art_core.inference.server.openai_client`:
         no retries, our callers decide, except one resend of a request whose idle connection was dropped)."""
+        from art_core.inference.http_client import REQUEST_TIMEOUT_S
         from art_core.inference.server import openai_client
 
         if not self.inference_base_url:
             raise RuntimeError(
                 f"model {self.name!r} has no endpoint yet: register it with a backend, or set inference_base_url"
             )
-        kwargs.setdefault("timeout", 1200)
+        kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
         return openai_client(self.inference_base_url, self.inference_api_key, **kwargs)
 
     def get_inference_name(self, step: int | None = None) -> str:

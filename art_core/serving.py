@@ -89,9 +89,10 @@ class Endpoint(BaseModel):
     def client(self, **kwargs: Any):
         """An `openai.AsyncOpenAI` for this server (`art_core.inference.server.openai_client`: no retries, except
         one resend of a request whose idle connection was dropped)."""
+        from art_core.inference.http_client import REQUEST_TIMEOUT_S
         from art_core.inference.server import openai_client
 
-        kwargs.setdefault("timeout", 600)
+        kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
         return openai_client(self.base_url, self.api_key, **kwargs)
 
     def headers(self) -> dict[str, str]:

@@ -52,7 +52,7 @@ def post(url: str, **kwargs: Any) -> httpx.Response:
 
 # ---- requests no server is working on ------------------------------------------------------------------------------
 # A chat request the server lost (accepted, then neither answered nor handed to its engine) waits on its socket until
-# the client's timeout: 1200 s for `model.openai_client()`, with nothing said meanwhile (issue 37). A long generation
+# the client's timeout (1200 s for `model.openai_client()` then), with nothing said meanwhile (issue 37). A long generation
 # that really runs looks the same from the socket. What tells them apart is the server itself: vLLM's /metrics counts
 # the requests its engine is running or holds waiting. Our clients' transport (`WatchedTransport`) asks a server for
 # its /metrics every few seconds while requests to it are in flight, and fails a request with `ServerStalled` when,
@@ -60,6 +60,10 @@ def post(url: str, **kwargs: Any) -> httpx.Response:
 # (or did not answer /metrics at all). A server without vLLM's /metrics (a hosted API: 404) is never judged.
 STALL_ENV = "ART_REQUEST_STALL_S"
 DEFAULT_STALL_S = 30.0
+# With that check, a client's own timeout is only a backstop for a server that says it works and never answers, so
+# it is long: a real retail evaluation on 2 busy cores had one 256-token turn at an 8k-token context take over
+# 600 s while the engine reported it running (the old 600 s timeout failed the whole evaluation).
+REQUEST_TIMEOUT_S = 3600.0
 METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
 WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")  # any change: the engine worked
 
