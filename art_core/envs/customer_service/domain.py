@@ -110,7 +110,7 @@ def reward(
 
 
 @dataclass(frozen=True)
-class Call:
+class MadeCall:
     """One tool call the agent made in an episode, as the environment ran it."""
 
     name: str
@@ -119,7 +119,7 @@ class Call:
     error: bool
 
 
-def progress(domain: Domain, task: Task, calls: list[Call], said_to_user: list[str], exact: bool) -> float:
+def progress(domain: Domain, task: Task, calls: list[MadeCall], said_to_user: list[str], exact: bool) -> float:
     """Partial credit in [0, 1] for how far an episode got, a training signal where `reward` is all or nothing
     (a small model's group of rollouts that all score 0 teaches GRPO nothing). A third each for:
 

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.categories import scenario_category
-from art_core.envs.customer_service.domain import Call, Database, Domain, Task, hash_db, progress, replay, reward
+from art_core.envs.customer_service.domain import Database, Domain, MadeCall, Task, hash_db, progress, replay, reward
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
@@ -122,11 +122,11 @@ class CustomerServiceEnv(Environment):
             metadata={"env": self.name, "task_id": task.id, "split": scenario.split, "seed": self.options.seed},
         )
 
-        calls: list[Call] = []
+        calls: list[MadeCall] = []
 
         async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
             text, error = self.domain.run(db, name, arguments)
-            calls.append(Call(name, arguments, text, error))
+            calls.append(MadeCall(name, arguments, text, error))
             return text, error
 
         rules = Rules(
