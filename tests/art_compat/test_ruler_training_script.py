@@ -129,9 +129,12 @@ async def rollout(model: art.Model, scenario: Scenario2048) -> art.Trajectory:
 
 
 async def test_the_ruler_script_trains_every_step_with_a_gradient_where_rewards_differ(
-    vllm_server, tiny_model_path, tmp_path, s3_bucket, rule_judge, capsys
+    vllm_server, tiny_model_path, tmp_path, s3_bucket, rule_judge, capsys, monkeypatch
 ):
     random.seed(42)
+    # art_core warns once per setting per process: a test file run earlier in this worker (the MCP-RL notebook's
+    # engine_args) must not have used up the warning this test looks for.
+    monkeypatch.setattr("art_core.dev._warned", set())
     # The judge: the scripts name "openai/o4-mini"; here a stand-in endpoint on loopback (conftest.RuleJudge).
     judge = "openai/rule-judge"
     judge_options = dict(extra_litellm_params={"api_base": rule_judge.base_url, "api_key": "test"}, cache=False)
