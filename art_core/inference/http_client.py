@@ -52,12 +52,13 @@ def post(url: str, **kwargs: Any) -> httpx.Response:
 
 # ---- requests no server is working on ------------------------------------------------------------------------------
 # A chat request the server lost (accepted, then neither answered nor handed to its engine) waits on its socket until
-# the client's timeout (1200 s for `model.openai_client()` then), with nothing said meanwhile (issue 37). A long generation
-# that really runs looks the same from the socket. What tells them apart is the server itself: vLLM's /metrics counts
-# the requests its engine is running or holds waiting. Our clients' transport (`WatchedTransport`) asks a server for
-# its /metrics every few seconds while requests to it are in flight, and fails a request with `ServerStalled` when,
-# for ART_REQUEST_STALL_S seconds, no byte of its answer came and the server reported no request running or waiting
-# (or did not answer /metrics at all). A server without vLLM's /metrics (a hosted API: 404) is never judged.
+# the client's timeout (1200 s for `model.openai_client()` then), with nothing said meanwhile (issue 37). A long
+# generation that really runs looks the same from the socket. What tells them apart is the server itself: vLLM's
+# /metrics counts the requests its engine is running or holds waiting. Our clients' transport (`WatchedTransport`)
+# asks a server for its /metrics every few seconds while requests to it are in flight, and fails a request with
+# `ServerStalled` when, for ART_REQUEST_STALL_S seconds, no byte of its answer came and the server reported no request
+# running or waiting (or did not answer /metrics at all). A server without vLLM's /metrics (a hosted API: 404) is
+# never judged.
 STALL_ENV = "ART_REQUEST_STALL_S"
 DEFAULT_STALL_S = 30.0
 # With that check, a client's own timeout is only a backstop for a server that says it works and never answers, so

@@ -104,8 +104,7 @@ def reward(
     `hash_db` of the gold replay, where the caller keeps it (an environment computes it once per task)."""
     gold = gold_hash or hash_db(replay(domain, initial_db, task.actions))
     r_actions = float(hash_db(final_db) == gold)
-    said = [_normalize(s) for s in said_to_user]
-    r_outputs = float(all(any(_normalize(o) in s for s in said) for o in task.outputs))
+    r_outputs = float(all(outputs_said(task, said_to_user)))
     return {"reward": r_actions * r_outputs, "r_actions": r_actions, "r_outputs": r_outputs}
 
 
@@ -130,8 +129,8 @@ def progress(domain: Domain, task: Task, calls: list[MadeCall], said_to_user: li
     - the outputs: the fraction of the task's required outputs said to the customer (1 when there are none).
 
     `exact`: whether the final database equals the gold replay's (`reward`'s r_actions). Only an environment's
-    train-split rollouts use it, and only when asked (`train_reward="progress"`); its
-    evaluation always reads `reward`.
+    train-split rollouts use it, and only when asked (`train_reward="progress"`); its evaluation always reads
+    `reward`.
     """
     found = any(not c.error and task.user_id in c.result for c in calls)
     gold = [a for a in task.actions if a.name not in domain.terminal_tools]
@@ -140,11 +139,16 @@ def progress(domain: Domain, task: Task, calls: list[MadeCall], said_to_user: li
         writes = sum((a.name, a.kwargs) in made for a in gold) / len(gold) * (1.0 if exact else 0.5)
     else:
         writes = float(exact)
-    said = [_normalize(s) for s in said_to_user]
-    outputs = (
-        sum(any(_normalize(o) in s for s in said) for o in task.outputs) / len(task.outputs) if task.outputs else 1.0
-    )
+    said = outputs_said(task, said_to_user)
+    outputs = sum(said) / len(said) if said else 1.0
     return (found + writes + outputs) / 3
+
+
+def outputs_said(task: Task, said_to_user: list[str]) -> list[bool]:
+    """For each of the task's required outputs, whether one of the agent's plain replies said it (case and
+    thousands separators ignored)."""
+    said = [_normalize(s) for s in said_to_user]
+    return [any(_normalize(o) in s for s in said) for o in task.outputs]
 
 
 def _arguments(text: str) -> dict[str, Any] | None:

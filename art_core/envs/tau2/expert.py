@@ -40,8 +40,8 @@ from art_core.envs.customer_service.expert import (
 )
 from art_core.envs.customer_service.policies import CannotDemonstrate, Play, PolicyClient, ask
 from art_core.envs.tau2.customer import scenario_text
-from art_core.envs.tool_use.tools import fresh_copy
 from art_core.envs.tau2.env import Tau2Env
+from art_core.envs.tool_use.tools import fresh_copy
 from art_core.trajectories import Trajectory
 
 __all__ = ["build_tau2_demonstrations", "load_tau2_env", "replay_demonstration", "tau2_expert"]

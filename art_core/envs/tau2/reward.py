@@ -24,8 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from art_core.envs.customer_service.domain import hash_db
-from art_core.envs.tool_use.tools import fresh_copy
-from art_core.envs.tool_use.tools import ToolFn, run_tool
+from art_core.envs.tool_use.tools import ToolFn, fresh_copy, run_tool
 from art_core.rewards.accounting import JudgeUsage
 from art_core.rewards.config import JudgeConfig
 
