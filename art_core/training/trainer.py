@@ -44,7 +44,14 @@ from art_core.training.advantages import balance_advantages, step_advantages
 from art_core.training.attention import choose_attention, packed_attention
 from art_core.training.config import TrainConfig
 from art_core.training.fused_lora import fused_lora
-from art_core.training.losses import AGGREGATIONS, LossStats, grpo_loss, option_metrics_end, option_metrics_start
+from art_core.training.losses import (
+    AGGREGATIONS,
+    LossStats,
+    grpo_loss,
+    option_metrics_end,
+    option_metrics_start,
+    sampler_kl,
+)
 from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
 from art_core.training.reference import reference_policy
 from art_core.training.result import TrainResult
@@ -424,8 +431,7 @@ def run_passes(
             total.add(stats)
             kl_ref_sum += stats.kl
             with torch.no_grad():
-                d = part.old_logprobs - new.detach()
-                metrics["kl_to_sampler"] += float((d.exp() - d - 1).sum())
+                metrics["kl_to_sampler"] += float(sampler_kl(part.old_logprobs, new.detach()).sum())
             if entropy is not None:
                 entropy_sum += float(entropy.sum())
             metrics["tokens"] += part.in_batch_tokens  # the step's sequences, whole: the work a step delivers
