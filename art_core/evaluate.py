@@ -174,6 +174,12 @@ def scenario_categories(env: Environment, scenarios: list[Scenario]) -> dict[str
     return {s.id: c for s in scenarios if (c := categorize(s)) is not None}
 
 
+def _for_evaluation(env: Environment) -> Environment:
+    """The environment as evaluations play it (`Environment.for_evaluation`: the task reward on every split)."""
+    evaluated = getattr(env, "for_evaluation", None)  # an environment need not subclass Environment
+    return env if evaluated is None else evaluated()
+
+
 def _chosen(env: Environment, split: str, scenarios: int) -> list[Scenario]:
     chosen = list(env.scenarios(env.check_split(split)))[:scenarios]
     if not chosen:
@@ -193,10 +199,12 @@ async def evaluate_model(
     success_threshold: float = 1.0,
     sampling: dict[str, Any] | None = None,
 ) -> tuple[EvalReport, list[TrajectoryGroup]]:
-    """Roll out the first `scenarios` of `split`, `trials` times each, and summarize them.
+    """Roll out the first `scenarios` of `split`, `trials` times each, and summarize them, with the task reward
+    on every split (`Environment.for_evaluation`).
 
     Returns the report and the groups (to store next to it).
     """
+    env = _for_evaluation(env)
     chosen = _chosen(env, split, scenarios)
     t0 = time.perf_counter()
     groups = await rollout_groups(env, endpoint, model, chosen, trials, sampling=sampling, pbar_desc=f"eval {split}")
@@ -232,6 +240,7 @@ async def evaluate_policy(
     """
     from art_core.envs.customer_service.policies import PolicyClient
 
+    env = _for_evaluation(env)
     chosen = _chosen(env, split, scenarios)
     t0 = time.perf_counter()
     groups = []

@@ -51,6 +51,15 @@ class RolloutSpec(BaseModel):
 
         return load_environment(self.environment, **self.env_options)
 
+    def for_evaluation(self, sampling: dict[str, Any]) -> RolloutSpec:
+        """The spec evaluations play (and cache) under: `sampling` (the evaluation's), and the environment's
+        options less those that shape only the training reward (`art_core.envs.evaluation_options`)."""
+        from art_core.envs import evaluation_options
+
+        return self.model_copy(
+            update={"sampling": sampling, "env_options": evaluation_options(self.environment, self.env_options)}
+        )
+
 
 def checkpoint_fingerprint(storage: Storage, project: str, name: str, step: int) -> str:
     """What identifies the weights a step samples from: "base" at step 0, else the adapter file's ETag (S3)

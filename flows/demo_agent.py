@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     phases["demonstrations + SFT + GRPO"] = time.perf_counter() - mark
     mark = time.perf_counter()
     sft_step = args.sft_epochs
-    reports = evaluate_flow(EvaluateConfig(run=evaluated(config), steps=[sft_step, config.steps], baseline_step=0))
+    reports = evaluate_flow(EvaluateConfig(run=config, steps=[sft_step, config.steps], baseline_step=0))
     phases["evaluate base, SFT, SFT+GRPO"] = time.perf_counter() - mark
     mark = time.perf_counter()
     never = asyncio.run(_never_acts(config))
@@ -164,13 +164,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
     print(f"total {time.perf_counter() - t0:.0f} s; checkpoints and reports: {summary.model_path}")
     return {"train": summary, "reports": dict(rows), "phases": phases}
-
-
-def evaluated(config: Any) -> Any:
-    """The run as evaluated: its environment without `train_reward`, which val rollouts never read anyway, so an
-    evaluation recorded before the option was set is read back from the cache rather than played again."""
-    options = {k: v for k, v in config.environment.options.items() if k != "train_reward"}
-    return config.model_copy(update={"environment": config.environment.model_copy(update={"options": options})})
 
 
 async def _never_acts(config: Any) -> Any:

@@ -67,7 +67,8 @@ class TrainSummary(BaseModel):
 def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSpec]:
     """The task-level references a run config stands for (only what changes a task's result).
 
-    `for_eval`: the rollout spec of evaluations (their temperature, see RunConfig.eval_sampling)."""
+    `for_eval`: the rollout spec of evaluations (their temperature, see RunConfig.eval_sampling; no option that
+    shapes only the training reward, see RolloutSpec.for_evaluation)."""
     ref = ModelRef(
         storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model
     )
@@ -77,10 +78,10 @@ def refs(config: RunConfig, for_eval: bool = False) -> tuple[ModelRef, RolloutSp
         groups_per_step=config.groups_per_step,
         group_size=config.group_size,
         seed=config.seed,
-        sampling=config.eval_sampling() if for_eval else config.sampling.model_dump(),
+        sampling=config.sampling.model_dump(),
         max_exceptions=config.max_exceptions,
     )
-    return ref, rollout
+    return ref, rollout.for_evaluation(config.eval_sampling()) if for_eval else rollout
 
 
 def checkpoint_fingerprint_of(ref: ModelRef, step: int) -> str:

@@ -43,4 +43,17 @@ def load_environment(name: str, **options: Any) -> Environment:
     return loader(**options)
 
 
-__all__ = ["SPLITS", "Environment", "Scenario", "Split", "load_environment"]
+def evaluation_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` less those that shape only training rewards, which the environment's module lists in
+    `TRAIN_ONLY_OPTIONS`: what an evaluation of `name` plays with (`Environment.for_evaluation` drops the same),
+    so a pipeline's evaluation cache is one for every training-reward choice. Imports the module, builds nothing.
+
+    >>> evaluation_options("retail", {"seed": 0, "train_reward": "progress"})
+    {'seed': 0}
+    """
+    module = importlib.import_module(SHIPPED.get(name, name))
+    drop = set(getattr(module, "TRAIN_ONLY_OPTIONS", ()))
+    return {k: v for k, v in options.items() if k not in drop}
+
+
+__all__ = ["SPLITS", "Environment", "Scenario", "Split", "evaluation_options", "load_environment"]

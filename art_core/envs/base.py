@@ -100,6 +100,12 @@ class Environment:
         The evaluation reports reward and pass^k per category, since a do-nothing policy passes refusals."""
         return None
 
+    def for_evaluation(self) -> "Environment":
+        """The environment evaluations play: the same scenarios and rules, with any option that only shapes the
+        training reward set back to its default, so an evaluation scores what it always scores (the library's
+        `evaluate_model` and the pipeline's evaluate task both call it). Most environments return themselves."""
+        return self
+
     def check_split(self, split: str) -> Split:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")

@@ -96,7 +96,6 @@ def kl_k3(new_logprobs: "torch.Tensor", ref_logprobs: "torch.Tensor") -> "torch.
     return d.exp() - d - 1
 
 
-
 def sampler_kl(sampler_logprobs: "torch.Tensor", new_logprobs: "torch.Tensor") -> "torch.Tensor":
     """Per-token k3 estimate of KL(sampler || trainer) on tokens the sampler drew: r - 1 - log r, r = p_new / p_old.
 
@@ -112,6 +111,7 @@ def sampler_kl(sampler_logprobs: "torch.Tensor", new_logprobs: "torch.Tensor") -
     [0.0, 0.0]
     """
     return kl_k3(sampler_logprobs, new_logprobs)
+
 
 # ---- aggregation: per-sequence weights from the count of trainable tokens in each sequence ----
 

@@ -29,6 +29,8 @@ from art_core.envs.customer_service.policies import (
     play_policy,
     rewards_by_category,
 )
+from art_core.evaluate import evaluate_policy
+from art_core.rollouts import RolloutSpec
 from art_core.sft import read_sft_file
 
 DOMAINS = ("retail", "airline")
@@ -223,3 +225,13 @@ def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
         assert played
         for t in played:
             assert t.reward == t.metrics["task_reward"] == 0.0 and t.metrics["progress"] > 0.0
+
+        # An evaluation scores the task reward even on the train split: the library's evaluate_policy (and
+        # evaluate_model, which shares the step) and the pipeline's evaluation spec, whose cache key drops it.
+        report, groups = asyncio.run(evaluate_policy(env, never_acts, split="train", scenarios=12))
+        rollouts = [t for g in groups for t in g.trajectories]
+        assert all(t.reward == t.metrics["task_reward"] for t in rollouts)
+        assert any(t.metrics["progress"] != t.metrics["task_reward"] for t in rollouts)  # the option was set
+        assert report.reward == pytest.approx(sum(t.metrics["task_reward"] for t in rollouts) / len(rollouts))
+        spec = RolloutSpec(environment=domain, env_options={"seed": 0, "train_reward": "progress"})
+        assert spec.for_evaluation({}).env_options == {"seed": 0}

@@ -19,6 +19,7 @@ from art_core.envs.airline.db import make_db
 from art_core.envs.airline.scenarios import make_tasks
 from art_core.envs.airline.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
 from art_core.envs.customer_service.domain import Domain
+from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS
 
 POLICY = (Path(__file__).parent / "policy.md").read_text()
 
@@ -40,4 +41,4 @@ def load_environment(**options: Any):
     return CustomerServiceEnv(AIRLINE, **options)
 
 
-__all__ = ["AIRLINE", "POLICY", "load_environment"]
+__all__ = ["AIRLINE", "POLICY", "TRAIN_ONLY_OPTIONS", "load_environment"]

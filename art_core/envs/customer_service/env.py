@@ -44,6 +44,11 @@ from art_core.envs.tool_use.tools import fresh_copy
 from art_core.trajectories import Trajectory
 
 
+# Options that shape only the reward of training rollouts: evaluations play without them (`for_evaluation`, and
+# `art_core.envs.evaluation_options` for a pipeline's cache key), so one evaluation serves every reward choice.
+TRAIN_ONLY_OPTIONS = ("train_reward",)
+
+
 class CustomerServiceOptions(BaseModel):
     """The options of `CustomerServiceEnv` (and of `load_environment("retail" | "airline", **options)`)."""
 
@@ -86,6 +91,16 @@ class CustomerServiceEnv(Environment):
     @property
     def constrains_sampling(self) -> bool:
         return self.options.force_tool_calls
+
+    def for_evaluation(self) -> CustomerServiceEnv:
+        """This environment with the task reward on every split (train_reward back to "task"); it shares the
+        database and tasks already built."""
+        if self.options.train_reward == "task":
+            return self
+        options = self.options.model_dump(exclude=set(TRAIN_ONLY_OPTIONS), exclude_unset=True)
+        evaluated = CustomerServiceEnv(self.domain, **options)
+        evaluated.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("db", "tasks", "_gold_hashes")})
+        return evaluated
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)

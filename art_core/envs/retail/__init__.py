@@ -17,6 +17,7 @@ from art_core.envs.retail.db import make_db
 from art_core.envs.retail.scenarios import make_tasks
 from art_core.envs.retail.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
 from art_core.envs.customer_service.domain import Domain
+from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS
 
 POLICY = (Path(__file__).parent / "policy.md").read_text()
 
@@ -39,4 +40,4 @@ def load_environment(**options: Any):
     return CustomerServiceEnv(RETAIL, **options)
 
 
-__all__ = ["RETAIL", "POLICY", "load_environment"]
+__all__ = ["RETAIL", "POLICY", "TRAIN_ONLY_OPTIONS", "load_environment"]
