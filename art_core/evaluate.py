@@ -277,7 +277,7 @@ def evaluate_step(
 
     `endpoint(rank)` gives the server to sample from, able to serve adapters of LoRA rank `rank`.
     """
-    from art_core.serving import adapter_rank, load_checkpoint
+    from art_core.adapters import adapter_rank, load_checkpoint
 
     store = ref.store()
     ep = endpoint(adapter_rank(store, step))

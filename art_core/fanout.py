@@ -9,7 +9,7 @@ A step's rollouts go to N endpoints that all serve the step's adapter under the 
   finished first); on Ray the driver
   hands out whole groups the same way, a few per replica at a time;
 - a replica that does not share this machine's files gets each adapter as a storage URL and fetches it
-  itself (art_core.serving.adapter_source), never as a local path.
+  itself (art_core.adapters.adapter_source), never as a local path.
 
     replicas = Replicas(count=2, on="ray")                       # or Replicas(urls=["http://a:8000/v1", ...])
     endpoints = replicas.endpoints("/models/tiny", max_lora_rank=8)

@@ -30,12 +30,14 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
+from art_core.adapters import adapter_rank, local_adapter
 from art_core.backend import Backend, TrainResult
 from art_core.inference.lora import AdapterManager
 from art_core.inference.server import ServerConfig, ServerError, VLLMServer
 from art_core.lease import ModelLease, acquire_model_lease
 from art_core.model import Model, TrainableModel
-from art_core.serving import ServerPool, adapter_rank, local_adapter, step_name
+from art_core.naming import step_name
+from art_core.serving import ServerPool
 from art_core.storage import Storage
 from art_core.store import ModelStore, same_base_model
 
@@ -87,7 +89,7 @@ class LocalBackend(Backend):
             server_config = server_config.model_dump(exclude={"model"}, exclude_unset=True)
         self._server_overrides: dict[str, Any] = dict(server_config or {})
         self.keep_steps = keep_steps
-        self.cache_dir = cache_dir  # local copies of adapters (default: art_core.serving.cache_dir())
+        self.cache_dir = cache_dir  # local copies of adapters (default: art_core.adapters.cache_dir())
         self._pool = ServerPool(**self._server_overrides)
         if server is not None:
             self._pool.adopt(server)

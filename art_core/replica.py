@@ -7,7 +7,7 @@ From a shell (runs until Ctrl-C or SIGTERM; the key comes from ART_INFERENCE_API
         --host 0.0.0.0 --port 8000 --max-lora-rank 16
 
 A run then lists it in `scale.inference_urls` ("http://NODE:8000/v1"). Because the replica does not
-share the trainer's files, each step's adapter reaches it as a storage URL (art_core.serving.adapter_source)
+share the trainer's files, each step's adapter reaches it as a storage URL (art_core.adapters.adapter_source)
 which the server's middleware copies locally before vLLM loads it; S3 credentials come from the
 replica's own environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for MinIO or moto).
 

@@ -83,7 +83,7 @@ def gather_step(
     stored rollouts sampled from any checkpoint >= `oldest_reusable` are reused as they are.
     Every group and trajectory records the step it was sampled from (`sampled_step`).
     """
-    from art_core.serving import adapter_rank, load_checkpoint
+    from art_core.adapters import adapter_rank, load_checkpoint
 
     t0 = time.perf_counter()
     store = ref.store()

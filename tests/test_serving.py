@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from art_core.serving import base_served_name, server_config, server_lora_rank, step_name
+from art_core.naming import step_name
+from art_core.serving import base_served_name, server_config, server_lora_rank
 
 
 def test_one_naming_rule_for_steps_and_the_base_model():

@@ -124,11 +124,11 @@ async def deploy_model(
     export_uri = await asyncio.to_thread(export_adapter, storage, project, name, step, base)
     common = dict(target=target, step=step, export_uri=export_uri)
     if target == "vllm" and inference_url:
-        from art_core import serving
+        from art_core import adapters, serving
 
         endpoint = await asyncio.to_thread(serving.discover_endpoint, inference_url, api_key)
         served = await asyncio.to_thread(
-            serving.load_checkpoint, endpoint, ModelStore(storage, project, name), base, step
+            adapters.load_checkpoint, endpoint, ModelStore(storage, project, name), base, step
         )
         return Deployment(
             model_name=served,

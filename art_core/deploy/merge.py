@@ -41,7 +41,7 @@ def merge_adapter(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from art_core.serving import local_adapter
+    from art_core.adapters import local_adapter
 
     adapter = local_adapter(ModelStore(storage, project, name), base_model, step)
     dest = (destination or merged_uri(storage, project, name, step)).rstrip("/")

@@ -34,7 +34,8 @@ def serve_adapter(
     max_lora_rank follows the adapter's rank unless given.
     """
     from art_core.inference.server import VLLMServer
-    from art_core.serving import adapter_rank, local_adapter, server_config
+    from art_core.adapters import adapter_rank, local_adapter
+    from art_core.serving import server_config
 
     store = ModelStore(storage, project, name)
     if not store.is_complete(step):

@@ -2,7 +2,7 @@
 
 The server must run with `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (VLLMServer does
 both). Loading is a POST to /v1/load_lora_adapter and takes about 10 ms on the tiny model. `load_adapter`
-is the one loader: `AdapterManager` (LocalBackend's, with memory) and art_core.serving.load_checkpoint
+is the one loader: `AdapterManager` (LocalBackend's, with memory) and art_core.adapters.load_checkpoint
 (the pipeline's, one step at a time) both load through it, so a refusal reads the same from either door.
 
     >>> adapters = AdapterManager(server.root_url, server.headers(), keep_steps=3)

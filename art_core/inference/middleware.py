@@ -206,14 +206,14 @@ def rewrite_unknown_model(body: bytes, names: list[str]) -> bytes | None:
 
 async def with_fetched_adapter(body: bytes) -> bytes | None:
     """A load_lora_adapter body whose `lora_path` names storage (s3://...) or the zero adapter, rewritten to
-    a local copy fetched here (art_core.serving.fetch_adapter); None when it already names a local folder.
+    a local copy fetched here (art_core.adapters.fetch_adapter); None when it already names a local folder.
 
     This is how a replica on another machine gets adapters: through the run's storage, never a local path
     of the trainer's machine. The base model (for the zero adapter) is ART_BASE_MODEL, set by VLLMServer.
     """
     import asyncio
 
-    from art_core.serving import ZERO_ADAPTER_SOURCE, fetch_adapter
+    from art_core.adapters import ZERO_ADAPTER_SOURCE, fetch_adapter
 
     try:
         payload = json.loads(body)

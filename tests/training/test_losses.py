@@ -57,7 +57,6 @@ def test_k3_kl_penalty_adds_its_value_and_gradient():
     assert new.grad.tolist() == pytest.approx([0.1 * 0.5 / 3, 1 / 3, 0.0], abs=1e-6)
 
 
-
 def test_kl_to_sampler_estimates_the_divergence_on_the_samplers_tokens():
     """The trainer's kl_to_sampler metric: tokens drawn by the sampler q, scored by q and by the trainer p.
     Its mean must approach the exact KL(q || p), and one token the trainer finds far less likely must add
@@ -75,6 +74,7 @@ def test_kl_to_sampler_estimates_the_divergence_on_the_samplers_tokens():
     new[0] = old[0] - 9.6  # one token 9.6 nats apart, the rest identical
     assert float(sampler_kl(old, new).mean()) == pytest.approx((math.exp(-9.6) + 9.6 - 1) / 10_000, rel=1e-6)
     assert float(sampler_kl(old, new).mean()) < 0.001
+
 
 def test_asymmetric_clip_and_cispo():
     new, old, adv = _batch()
