@@ -1,7 +1,10 @@
 """Flow parameters: one pydantic model per flow, so the Prefect UI draws each form from it.
 
 `RunConfig` is everything the train flow needs. It is checked before any work: a wrong field is
-refused with a message that names it.
+refused with a message that names it. The validators here read nothing but the fields, so a config is
+cheap to build (in Python, from the form, from a stored result); what needs the disk, an import or a
+server (the base model, the environment's options, the chat template, a demonstrations file) is checked
+by `flows.preflight.preflight(config)`, which every flow calls first.
 
     >>> cfg = RunConfig(project="demo", model="agent-001", base_model="/models/tiny",
     ...                 environment={"name": "tic-tac-toe"}, steps=3)
@@ -23,7 +26,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from art_core.base_models import resolve_base_model
-from art_core.chat_template import check_template_shows_tools
 from art_core.envs import SHIPPED
 from art_core.inference.server import ServerOptions
 from art_core.rewards.config import JudgeConfig, default_judge_model
@@ -32,6 +34,22 @@ from art_core.sft import SFTSpec
 from art_core.settings import get_settings
 from art_core.storage import validate_name
 from art_core.training.config import TrainConfig
+
+
+class PreflightError(ValueError):
+    """A config refused by a check that needs I/O (flows.preflight): `field` names what to change."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {problem}")
+
+
+class EnvironmentFacts(BaseModel):
+    """What a run learns by loading its environment (EnvironmentConfig.facts)."""
+
+    constrains_sampling: bool = False  # samples through a grammar: train with old_logprobs="recompute"
+    has_tools: bool = False  # the chat template must show them (checked against the base model)
+    recommended_sampling: dict[str, Any] = Field(default_factory=dict)  # e.g. tau2's temperature and max_tokens
 
 
 class _Strict(BaseModel):
@@ -59,9 +77,7 @@ class EnvironmentConfig(_Strict):
         min_length=1,
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for load_environment.")
-    _constrains_sampling: bool = PrivateAttr(default=False)
-    _has_tools: bool = PrivateAttr(default=False)
-    _recommended_sampling: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _facts: EnvironmentFacts | None = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -76,29 +92,33 @@ class EnvironmentConfig(_Strict):
             raise ValueError(f"unknown environment {v!r}: use one of {', '.join(SHIPPED)} or an importable module path")
         return v
 
-    @model_validator(mode="after")
-    def _options_accepted(self) -> "EnvironmentConfig":
-        # Loaded once here, shipped or a module path, so a wrong option fails at the form, not at the first
-        # rollout. Not free for every environment: `mcp` starts (or connects to) its server to list the tools.
-        from art_core.envs import load_environment
+    def facts(self) -> EnvironmentFacts:
+        """What the environment, loaded with these options, tells a run (loaded once per config, not in a
+        validator: `mcp` starts or reaches its server to list the tools). A refused option is a PreflightError
+        naming the field."""
+        if self._facts is None:
+            from art_core.envs import load_environment
 
-        try:
-            env = load_environment(self.name, **self.options)
-        except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
-            raise ValueError(f"environment {self.name!r} refused options {self.options}: {e}") from None
-        self._constrains_sampling = bool(getattr(env, "constrains_sampling", False))
-        try:
-            self._has_tools = bool(env.tools())
-        except Exception:  # tools known only once it runs (a server to ask): the trainer checks the template then
-            self._has_tools = False
-        protocol = getattr(env, "protocol", None)  # e.g. tau2's: the benchmark's own temperature and max_tokens
-        self._recommended_sampling = dict(protocol.sampling()) if protocol is not None else {}
-        return self
+            try:
+                env = load_environment(self.name, **self.options)
+            except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+                raise PreflightError("environment", f"{self.name!r} refused options {self.options}: {e}") from None
+            try:
+                has_tools = bool(env.tools())
+            except Exception:  # tools known only once it runs (a server to ask): the trainer checks the template then
+                has_tools = False
+            protocol = getattr(env, "protocol", None)  # e.g. tau2's: the benchmark's own temperature and max_tokens
+            self._facts = EnvironmentFacts(
+                constrains_sampling=bool(getattr(env, "constrains_sampling", False)),
+                has_tools=has_tools,
+                recommended_sampling=dict(protocol.sampling()) if protocol is not None else {},
+            )
+        return self._facts
 
     @property
     def constrains_sampling(self) -> bool:
         """Whether this environment, with these options, samples through a grammar (see Environment)."""
-        return self._constrains_sampling
+        return self.facts().constrains_sampling
 
 
 DEFAULT_MAX_TOKENS = 256  # fits a real tool call; the old 64 cut most of them
@@ -211,8 +231,8 @@ class SFTStageConfig(SFTSpec):
 
     @field_validator("demonstrations")
     @classmethod
-    def _file_or_expert(cls, v: str) -> str:
-        return v.strip() if v.strip() == "expert" else demonstrations_file(v)
+    def _stripped(cls, v: str) -> str:
+        return v.strip()  # 'expert', or a file that preflight finds and makes absolute
 
     def spec(self) -> SFTSpec:
         """How the demonstrations are trained (epochs, batches, schedule), without where they come from."""
@@ -225,6 +245,7 @@ class RunConfig(_Strict):
     # The form: what a newcomer changes first (the learning rate leads `train`), expert settings last.
     FORM_FIRST = ("project", "model", "base_model", "environment", "steps", "train")
     FORM_EXPERT = ("max_exceptions", "inference_url", "max_steps_off_policy", "scale", "server")
+    _checked: bool = PrivateAttr(default=False)  # flows.preflight ran on this config
 
     project: str = Field(
         description="Project folder in storage; groups models trained on the same task.", json_schema_extra=NAME_FORM
@@ -303,7 +324,7 @@ class RunConfig(_Strict):
     @field_validator("base_model")
     @classmethod
     def _base_model(cls, v: str) -> str:
-        return base_model_folder(v)
+        return v.strip()  # 'smollm2', a .gguf or a folder: preflight resolves and checks it
 
     @field_validator("storage_url")
     @classmethod
@@ -360,13 +381,6 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _sampling_defaults_from_the_environment(self) -> "RunConfig":
-        if self.sampling.max_tokens is None:
-            recommended = self.environment._recommended_sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
-            self.sampling = self.sampling.model_copy(update={"max_tokens": recommended})
-        return self
-
-    @model_validator(mode="after")
     def _mcp_scored_by_ruler_and_stored_with_the_run(self) -> "RunConfig":
         # An MCP server has no ground truth: RULER scores its groups (the default judge unless one is given), and
         # the scenarios it generates are kept in the run's storage (art_core.mcp.stored_scenarios).
@@ -386,26 +400,9 @@ class RunConfig(_Strict):
         """The sampling of evaluations: the rollouts', at the evaluation temperature."""
         temperature = self.eval.temperature
         if temperature is None:
-            temperature = self.environment._recommended_sampling.get("temperature", self.sampling.temperature)
+            recommended = self.environment.facts().recommended_sampling
+            temperature = recommended.get("temperature", self.sampling.temperature)
         return {**self.sampling.model_dump(), "temperature": temperature}
-
-    @model_validator(mode="after")
-    def _tools_reach_the_prompt(self) -> "RunConfig":
-        # A template that drops `tools=` would train a tool task on prompts without the tools: refuse it here,
-        # before any server starts (the environment's tools are known once it loads).
-        if self.environment._has_tools and _looks_local(self.base_model):
-            check_template_shows_tools(self.base_model)
-        return self
-
-    @model_validator(mode="after")
-    def _constrained_sampling_needs_recomputed_logprobs(self) -> "RunConfig":
-        if self.environment.constrains_sampling and self.train.old_logprobs == "sampler":
-            raise ValueError(
-                f"environment {self.environment.name!r} with options {self.environment.options} constrains sampling, "
-                "and vLLM then reports logprobs after the grammar mask, so the importance ratio against them "
-                "collapses and nothing is learned: set train.old_logprobs to 'recompute'"
-            )
-        return self
 
 
 class EvaluateConfig(_Strict):

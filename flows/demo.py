@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"building the tiny model in {args.model_dir} ...")
             build_tiny_model(args.model_dir)
         config = demo_config(args.model_dir, args.storage, args.steps, args.seed, args.project, args.model)
+    from flows.preflight import preflight
+
+    config = preflight(config)  # the model's folder made absolute, the environment loaded: before any server
     phases = {"model ready": time.perf_counter() - t0}
     if args.fresh and "://" not in config.storage_url:
         shutil.rmtree(ModelStore(config.storage_url, config.project, config.model).root, ignore_errors=True)

@@ -141,7 +141,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     from flows.config import EvaluateConfig
     from flows.evaluate import evaluate_flow
+    from flows.preflight import preflight
     from flows.train import train
+
+    config = preflight(config)  # refused here, before any server starts
 
     phases = {"model ready": time.perf_counter() - t0}
     mark = time.perf_counter()

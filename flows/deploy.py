@@ -25,6 +25,7 @@ from art_core.settings import get_settings
 from flows.config import DeployConfig, DeployTarget
 from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
+from flows.preflight import preflight
 from flows.reporting import artifact_key
 from flows.train import refs
 from tasks import export_adapter, run_sync
@@ -78,6 +79,7 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
     """Deploy one step: the one asked for, else the promoted one, else the latest."""
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
+    config = preflight(config)  # base model, environment: refused here, before anything is exported
     run = config.run
     ref, _ = refs(run)
     storage = ref.storage()

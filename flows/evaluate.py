@@ -24,6 +24,7 @@ from art_core.reporting import eval_markdown
 from flows.config import EvaluateConfig
 from flows.lifetime import guard_temporary_server
 from flows.overrides import warn_if_config_replaced
+from flows.preflight import preflight
 from flows.reporting import artifact_key
 from flows.train import checkpoint_fingerprint_of, refs
 from tasks import evaluate, evaluate_never_acts, evaluate_prompted, result_storage_for, with_result_storage
@@ -35,6 +36,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     The never-acts baseline is in the report and stored with the baselines, not returned."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
+    config = preflight(config)  # base model, environment, template: refused here, before any server starts
     run = config.run
     ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     store = ref.store()

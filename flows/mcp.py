@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from art_core.envs.mcp import GenerateOptions
 from flows.config import EnvironmentConfig, RunConfig
+from flows.preflight import preflight
 from flows.train import TrainSummary, train
 from tasks.mcp import generate_mcp_scenarios
 from tasks.results import result_storage_for, with_result_storage
@@ -89,6 +90,7 @@ class McpRunConfig(RunConfig):
 @flow(name="train-mcp", log_prints=True)
 def train_mcp(config: McpRunConfig) -> TrainSummary:
     """Generate (or find) the MCP server's scenarios, then train on them."""
+    config = preflight(config)  # the server reached, its tools listed, the template checked: before any work
     if config.environment is None or config.environment.name != "mcp":
         raise ValueError(
             "train_mcp trains an 'mcp' environment: give command or url (or environment={'name': 'mcp', ...})"

@@ -19,6 +19,7 @@ from art_core.deploy import decide, promote, read_promoted
 from flows.config import RetrainConfig
 from flows.deploy import deploy_to_target
 from flows.overrides import warn_if_config_replaced
+from flows.preflight import preflight
 from flows.reporting import artifact_key
 from flows.lifetime import guard_temporary_server
 from flows.train import checkpoint_fingerprint_of, refs, train
@@ -41,6 +42,7 @@ def retrain(config: RetrainConfig) -> RetrainSummary:
     """Train `extra_steps` beyond the latest checkpoint and promote the result only if it is better."""
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
+    config = preflight(config)  # base model, environment, template: refused here, before any work
     run = config.run
     ref, rollout = refs(run, for_eval=True)  # evaluations sample at the evaluation temperature
     storage = ref.storage()

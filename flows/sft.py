@@ -21,8 +21,9 @@ from art_core.sft import SFTSpec, sft_plan
 from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
 from art_core.settings import get_settings
-from flows.config import NAME_FORM, RunConfig, _Strict, base_model_folder, demonstrations_file, storage_root
+from flows.config import NAME_FORM, RunConfig, _Strict, storage_root
 from flows.lifetime import guard_temporary_server, training_lease
+from flows.preflight import preflight
 from tasks.results import result_storage_for, with_result_storage
 from tasks.sft import build_demonstrations, sft_step
 
@@ -54,15 +55,10 @@ class SFTRunConfig(_Strict):
     def _storage(cls, v: str) -> str:
         return storage_root(v)
 
-    @field_validator("base_model")
+    @field_validator("base_model", "data")
     @classmethod
-    def _base_model(cls, v: str) -> str:
-        return base_model_folder(v)
-
-    @field_validator("data")
-    @classmethod
-    def _data(cls, v: str) -> str:
-        return demonstrations_file(v)
+    def _stripped(cls, v: str) -> str:
+        return v.strip()  # resolved and checked by preflight (the model's folder, the file's absolute path)
 
 
 class SFTSummary(BaseModel):
@@ -78,6 +74,7 @@ class SFTSummary(BaseModel):
 def sft(config: SFTRunConfig) -> SFTSummary:
     """Fine-tune `config.model` on `config.data` for `config.sft.epochs` epochs; resume whatever is done."""
     guard_temporary_server()
+    config = preflight(config)  # the base model resolved, the data file found: before any work
     ref = ModelRef(
         storage_url=config.storage_url, project=config.project, model=config.model, base_model=config.base_model
     )

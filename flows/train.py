@@ -32,6 +32,7 @@ from art_core.store import ModelRef
 from flows.config import RunConfig
 from flows.lifetime import guard_temporary_server, training_lease
 from flows.overrides import warn_if_config_replaced
+from flows.preflight import preflight
 from flows.queue import device_slot
 from flows.reporting import publish_run_report
 from flows.sft import SFTSummary, sft_stage
@@ -112,6 +113,7 @@ def train(config: RunConfig) -> TrainSummary:
     each from the newest checkpoint then complete (at most k steps old)."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
+    config = preflight(config)  # base model, environment, template, files: refused here, before any work
     ref, rollout = refs(config)
     eval_rollout = refs(config, for_eval=True)[1]
     # One writer per model: a second run of this model is refused here, before any server starts or task runs.

@@ -120,12 +120,13 @@ def test_a_gguf_file_converts_once_into_a_folder_that_answers_like_the_original(
 
 def test_bad_base_model_files_are_refused_with_what_to_fix(tmp_path):
     from flows.config import RunConfig
+    from flows.preflight import preflight
 
     not_gguf = tmp_path / "weights.bin"
     not_gguf.write_bytes(b"\x00" * 64)
     for base, says in ((str(not_gguf), "not a GGUF file"), (str(tmp_path / "missing.gguf"), "no such GGUF file")):
         with pytest.raises(ValueError, match=says):
-            RunConfig(project="p", model="m", base_model=base, environment={"name": "word-quiz"})
+            preflight(RunConfig(project="p", model="m", base_model=base, environment={"name": "word-quiz"}))
 
 
 @pytest.mark.skipif(

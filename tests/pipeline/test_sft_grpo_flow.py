@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from flows.config import RunConfig
+from flows.preflight import PreflightError, preflight
 from tests.pipeline.test_train_flow import history, run_config, run_flow, task_states
 
 
@@ -77,10 +78,10 @@ def test_the_form_refuses_an_sft_section_that_cannot_run(tiny_model_path, tmp_pa
         sft_run(**base, environment={"name": "tic-tac-toe"})
     with pytest.raises(ValidationError, match="counts SFT's 2 epochs"):
         sft_run(**base, steps=1)
-    with pytest.raises(ValidationError, match="no such file"):
-        sft_run(**base, sft={"demonstrations": str(tmp_path / "missing.jsonl")})
+    with pytest.raises(PreflightError, match="sft.demonstrations: .*no such file"):
+        preflight(sft_run(**base, sft={"demonstrations": str(tmp_path / "missing.jsonl")}))
     demos = tmp_path / "demos.jsonl"
     demos.write_text("")
-    cfg = sft_run(**base, sft={"demonstrations": str(demos), "epochs": 1, "peak_lr": 1e-3})
+    cfg = preflight(sft_run(**base, sft={"demonstrations": str(demos), "epochs": 1, "peak_lr": 1e-3}))
     assert cfg.sft.spec().peak_lr == 1e-3 and cfg.sft.demonstrations == str(demos)
     assert sft_run(**base, sft=None).sft is None  # GRPO only, as before

@@ -34,13 +34,14 @@ def test_deployment_defaults_are_the_demo_runs(smollm2_path, tiny_model_path, tm
     word quiz, its settings): it continues the demo from its cache. train/tiny-demo is `make demo-tiny`'s."""
     from flows.config import RunConfig
     from flows.demo import demo_config, real_demo_config
+    from flows.preflight import preflight
 
     definitions = _prefect_yaml()["definitions"]
-    real = RunConfig(**definitions["run"])  # as it is: base_model 'smollm2', storage ./.art
-    assert real == real_demo_config(smollm2_path, "./.art")
+    real = preflight(RunConfig(**definitions["run"]))  # as it is: base_model 'smollm2', storage ./.art
+    assert real == preflight(real_demo_config(smollm2_path, "./.art"))
     assert real.base_model == smollm2_path and real.environment.name == "word-quiz"
     tiny = dict(definitions["tiny_run"], base_model=tiny_model_path, storage_url=str(tmp_path))
-    assert RunConfig(**tiny) == demo_config(tiny_model_path, str(tmp_path))
+    assert preflight(RunConfig(**tiny)) == preflight(demo_config(tiny_model_path, str(tmp_path)))
     by_name = {d["name"]: d for d in _prefect_yaml()["deployments"]}
     assert by_name["train"]["parameters"]["config"] == definitions["run"]
     assert by_name["tiny-demo"]["parameters"]["config"] == definitions["tiny_run"]

@@ -25,15 +25,18 @@ def test_splits_are_disjoint_deterministic_and_have_one_color_each():
 
 def test_run_config_takes_it_and_asks_for_recomputed_logprobs(tiny_model_path):
     from flows.config import RunConfig
+    from flows.preflight import preflight
 
     base = dict(
         project="demo", model="a", base_model=tiny_model_path, environment={"name": "art_core.testing.color_quiz"}
     )
     assert RunConfig(**base, train={"old_logprobs": "recompute"}).environment.constrains_sampling
     with pytest.raises(ValueError, match="old_logprobs"):
-        RunConfig(**base)
+        preflight(RunConfig(**base))
     with pytest.raises(ValueError, match="choices"):
-        RunConfig(
-            **{**base, "environment": {"name": "art_core.testing.color_quiz", "options": {"choices": 1}}},
-            train={"old_logprobs": "recompute"},
+        preflight(
+            RunConfig(
+                **{**base, "environment": {"name": "art_core.testing.color_quiz", "options": {"choices": 1}}},
+                train={"old_logprobs": "recompute"},
+            )
         )

@@ -1,0 +1,96 @@
+"""The checks a flow's config needs I/O for, made once at the start of each flow, before any work.
+
+pydantic checks a config's fields by themselves whenever one is built: in Python, from the Prefect form, or
+from a stored result (ranges, names, URLs, which fields go together). What needs the disk, an import or a
+server waits for `preflight(config)`, the first thing every flow does:
+
+- the base model: 'smollm2' or a .gguf found (and converted once), a folder checked for its config.json;
+- the environment loaded with its options (an `mcp` one reaches its server to list the tools): whether it
+  constrains sampling, has tools, and recommends a temperature or max_tokens (EnvironmentConfig.facts);
+- constrained sampling trains only with recomputed logprobs;
+- the base model's chat template shows the tools to the model, where the environment has tools;
+- a demonstrations file (an SFT stage's, or the SFT flow's data) exists.
+
+A refusal is a PreflightError that names the field, raised before any server starts or anything is written.
+The returned config has the resolved values (the base model's folder, the file's absolute path, max_tokens).
+
+    >>> config = preflight(RunConfig(project="demo", model="a", base_model="smollm2", environment={"name": "retail"}))
+    >>> config.base_model, config.sampling.max_tokens             # doctest: +SKIP
+    ('/root/.cache/art-pipeline/models/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e', 256)
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from art_core.chat_template import ToolTemplateError, check_template_shows_tools
+from flows.config import (
+    DEFAULT_MAX_TOKENS,
+    PreflightError,
+    RunConfig,
+    _looks_local,
+    base_model_folder,
+    demonstrations_file,
+)
+
+C = TypeVar("C")
+
+__all__ = ["PreflightError", "preflight"]
+
+
+def preflight(config: C) -> C:
+    """`config` checked and resolved (see the module docstring); a config holding a RunConfig as `run` (evaluate,
+    deploy, retrain) has that checked. The SFT flow's config: its base model and data file. Idempotent."""
+    if isinstance(config, RunConfig):
+        return _run(config)  # type: ignore[return-value]
+    run = getattr(config, "run", None)
+    if isinstance(run, RunConfig):
+        return config.model_copy(update={"run": _run(run)})  # type: ignore[attr-defined]
+    if hasattr(config, "data") and hasattr(config, "base_model"):  # flows.sft.SFTRunConfig
+        update = {"base_model": _base_model(config.base_model), "data": _file("data", config.data)}  # type: ignore[attr-defined]
+        return config.model_copy(update=update)  # type: ignore[attr-defined]
+    raise TypeError(f"preflight takes a flow's config, not {type(config).__name__}")
+
+
+def _run(config: RunConfig) -> RunConfig:
+    if config._checked:
+        return config
+    base = _base_model(config.base_model)
+    facts = config.environment.facts()
+    update: dict[str, Any] = {"base_model": base}
+    if facts.constrains_sampling and config.train.old_logprobs == "sampler":
+        raise PreflightError(
+            "train.old_logprobs",
+            f"environment {config.environment.name!r} with options {config.environment.options} constrains "
+            "sampling, and vLLM then reports logprobs after the grammar mask, so the importance ratio against them "
+            "collapses and nothing is learned: set train.old_logprobs to 'recompute'",
+        )
+    if facts.has_tools and _looks_local(base):
+        # A template that drops `tools=` would train a tool task on prompts without the tools.
+        try:
+            check_template_shows_tools(base)
+        except ToolTemplateError as e:
+            raise PreflightError("base_model", str(e)) from None
+    if config.sampling.max_tokens is None:
+        max_tokens = facts.recommended_sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
+        update["sampling"] = config.sampling.model_copy(update={"max_tokens": max_tokens})
+    if config.sft is not None and config.sft.demonstrations != "expert":
+        demonstrations = _file("sft.demonstrations", config.sft.demonstrations)
+        update["sft"] = config.sft.model_copy(update={"demonstrations": demonstrations})
+    checked = config.model_copy(update=update)
+    checked._checked = True
+    return checked
+
+
+def _base_model(value: str) -> str:
+    try:
+        return base_model_folder(value)
+    except ValueError as e:
+        raise PreflightError("base_model", str(e)) from None
+
+
+def _file(field: str, value: str) -> str:
+    try:
+        return demonstrations_file(value)
+    except ValueError as e:
+        raise PreflightError(field, str(e)) from None
