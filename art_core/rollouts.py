@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.envs import evaluation_options, load_environment
 from art_core.envs.base import Environment, Scenario
 from art_core.gather import gather_trajectory_groups, trajectory_group
 from art_core.storage import Storage
@@ -47,15 +48,11 @@ class RolloutSpec(BaseModel):
     max_exceptions: float = 0
 
     def load_environment(self) -> Environment:
-        from art_core.envs import load_environment
-
         return load_environment(self.environment, **self.env_options)
 
     def for_evaluation(self, sampling: dict[str, Any]) -> RolloutSpec:
         """The spec evaluations play (and cache) under: `sampling` (the evaluation's), and the environment's
         options less those that shape only the training reward (`art_core.envs.evaluation_options`)."""
-        from art_core.envs import evaluation_options
-
         return self.model_copy(
             update={"sampling": sampling, "env_options": evaluation_options(self.environment, self.env_options)}
         )
