@@ -52,7 +52,17 @@ from art_core.training.losses import (
     option_metrics_start,
     sampler_kl,
 )
-from art_core.training.memory import PeakMemory, activation_budget, model_per_token_bytes, tokens_per_pass
+from art_core.training import distributed, fsdp
+from art_core.training.memory import (
+    SAFETY,
+    PeakMemory,
+    activation_budget,
+    choose_checkpointing,
+    cpu_sequence_budget,
+    model_per_token_bytes,
+    tokens_per_pass,
+)
+from art_core.training.packing import batch_logprobs, pack_sequences
 from art_core.training.reference import reference_policy
 from art_core.training.result import TrainResult
 from art_core.training.session import TrainerSession, trainer_session
@@ -148,8 +158,6 @@ def train_grpo_step(
 ) -> TrainResult:
     """Train one GRPO step from checkpoint `step` and save checkpoint `step + 1` (see the module docstring).
     With `config.ranks` > 1 outside a process group, the step runs on that many local workers (distributed.py)."""
-    from art_core.training import distributed
-
     if config.ranks > 1 and distributed.current() is None:
         return distributed.train_grpo_step_on_ranks(
             base_model=base_model, groups=groups, config=config, storage=storage, project=project, name=name, step=step
@@ -168,8 +176,6 @@ def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -
     >>> pass_shape(model, TrainConfig(), torch.device("cpu"))     # doctest: +SKIP
     (16384, 16384, False, 'segments')
     """
-    from art_core.training.memory import SAFETY, choose_checkpointing, cpu_sequence_budget
-
     attention = choose_attention(config.packed_attention, device.type)
     dtype_bytes = next(model.parameters()).element_size()
     budget = None
@@ -197,8 +203,6 @@ def pass_shape(model: Any, config: TrainConfig, device: Any, longest: int = 0) -
 
 def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], config: TrainConfig) -> TrainResult:
     import torch
-
-    from art_core.training import distributed
 
     model, device, step = session.model, session.device, session.step
     project, name = session.project, session.name
@@ -307,8 +311,6 @@ def tree_tokens(model: Any, config: TrainConfig, tokens_per_row: int, longest: i
     >>> tree_tokens(model, TrainConfig(tokens_per_row=2048), 2048, 900)       # doctest: +SKIP
     2048
     """
-    from art_core.training.memory import SAFETY, cpu_sequence_budget
-
     if config.tokens_per_row is not None or config.tokens_per_forward is not None:
         return tokens_per_row
     param = next(model.parameters())
@@ -344,9 +346,6 @@ def run_passes(
 ) -> None:
     """Mini-batches of packed passes: forward, loss, backward per pass, one optimizer step per mini-batch."""
     import torch
-
-    from art_core.training import distributed, fsdp
-    from art_core.training.packing import batch_logprobs, pack_sequences
 
     ranks = distributed.current()  # None: one process trains every sequence
     device = next(model.parameters()).device
@@ -466,9 +465,7 @@ _RANK_SUMMED = ("kl_to_sampler", "tokens", "passes", "tokens_in_batch", "tokens_
 
 def rank_share_of(batch: list[TokenizedTrajectory], ranks: Any) -> list[int]:
     """Indices of the mini-batch's sequences this rank trains (distributed.rank_share, by token count)."""
-    from art_core.training.distributed import rank_share
-
-    return rank_share([len(s) for s in batch], [s.group_index for s in batch], ranks.world)[ranks.rank]
+    return distributed.rank_share([len(s) for s in batch], [s.group_index for s in batch], ranks.world)[ranks.rank]
 
 
 def _like(old: Any, value: float) -> Any:
@@ -477,11 +474,9 @@ def _like(old: Any, value: float) -> Any:
 
 def _sum_over_ranks(total: LossStats, metrics: dict, entropy_sum: float, kl_ref_sum: float, losses: list[float]):
     """Sum a data-parallel step's statistics over ranks, in one collective; returns (entropy, kl_ref, losses)."""
-    from art_core.training.distributed import all_reduce_sums
-
     fields = list(total.__dataclass_fields__)
     values = [float(getattr(total, f)) for f in fields] + [float(metrics[k]) for k in _RANK_SUMMED]
-    summed = all_reduce_sums([*values, entropy_sum, kl_ref_sum, *losses])
+    summed = distributed.all_reduce_sums([*values, entropy_sum, kl_ref_sum, *losses])
     for i, f in enumerate(fields):
         setattr(total, f, _like(getattr(total, f), summed[i]))
     for j, k in enumerate(_RANK_SUMMED):
