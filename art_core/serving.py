@@ -26,15 +26,24 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.inference import http_client
-
-if TYPE_CHECKING:
-    from art_core.inference.server import ServerConfig, ServerOptions, VLLMServer
+from art_core.inference.http_client import REQUEST_TIMEOUT_S
+from art_core.inference.server import (
+    LOOPBACK_HOSTS,
+    ServerConfig,
+    ServerDied,
+    ServerOptions,
+    VLLMServer,
+    live_servers,
+    openai_client,
+)
+from art_core.settings import get_settings
+from art_core.store import same_base_model
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +93,6 @@ class Endpoint(BaseModel):
     def client(self, **kwargs: Any):
         """An `openai.AsyncOpenAI` for this server (`art_core.inference.server.openai_client`: no retries, except
         one resend of a request whose idle connection was dropped)."""
-        from art_core.inference.http_client import REQUEST_TIMEOUT_S
-        from art_core.inference.server import openai_client
-
         kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
         return openai_client(self.base_url, self.api_key, **kwargs)
 
@@ -104,8 +110,6 @@ def on_this_machine(url: str) -> bool:
     >>> on_this_machine("http://127.0.0.1:8000/v1"), on_this_machine("http://gpu-node:8000/v1")
     (True, False)
     """
-    from art_core.inference.server import LOOPBACK_HOSTS
-
     return httpx.URL(url).host in LOOPBACK_HOSTS
 
 
@@ -137,8 +141,6 @@ def server_config(
 ) -> "ServerConfig":
     """How every server we start for training is configured. `overrides` (a user's server settings) and
     `fields` win, except that max_lora_rank never drops below what the adapters need."""
-    from art_core.inference.server import ServerConfig
-
     overrides = {**(overrides or {}), **fields}
     rank = max(max_lora_rank, int(overrides.pop("max_lora_rank", None) or 1))
     fields = {
@@ -152,8 +154,6 @@ def server_config(
 
 def live_server_at(base_url: str) -> "VLLMServer | None":
     """A VLLMServer this process started (by anyone) that answers at `base_url`, if any."""
-    from art_core.inference.server import live_servers
-
     want = base_url.rstrip("/")
     return next((s for s in live_servers() if s.base_url.rstrip("/") == want), None)
 
@@ -180,8 +180,6 @@ class ServerPool:
         return [s for (b, _), s in sorted(self._servers.items(), key=lambda kv: kv[0][1]) if b == key]
 
     def _key(self, base_model: str) -> str:
-        from art_core.store import same_base_model
-
         return next((b for b, _ in self._servers if same_base_model(b, base_model)), base_model)
 
     def adopt(self, server: "VLLMServer") -> "VLLMServer":
@@ -202,8 +200,6 @@ class ServerPool:
         `replica` > 0 names further servers of the same model (each on a port of its own). `options` (a run's
         server settings, e.g. its dtype) apply to a server started here; a running server started with other
         settings is restarted with these (same port and key)."""
-        from art_core.inference.server import VLLMServer
-
         wanted = _options_dict(options)
         with self._lock:
             key = (self._key(base_model), replica)
@@ -257,8 +253,6 @@ def keep_serving(server: "VLLMServer", max_lora_rank: int) -> "VLLMServer":
         server.config = server.config.model_copy(update={"max_lora_rank": needed})
         server.restart()
     elif not server.is_alive():
-        from art_core.inference.server import ServerDied
-
         log.warning("%s\nRestarting it (same port and key).", ServerDied.of(server))
         server.ensure_running()
     return server
@@ -278,8 +272,6 @@ def endpoint_for(
     """The endpoint at `inference_url` (key from ART_INFERENCE_API_KEY), else this process's own server
     (started with `options`, the run's server settings)."""
     if inference_url:
-        from art_core.settings import get_settings
-
         key = get_settings().inference_api_key
         return discover_endpoint(inference_url, key.get_secret_value() if key else None)
     return Endpoint.of((pool or PROCESS_POOL).get(base_model, max_lora_rank=max_lora_rank, options=options))
