@@ -23,19 +23,19 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field, computed_field
 
+from art_core.adapters import adapter_rank, load_checkpoint
 from art_core.envs.base import Environment, Scenario
 from art_core.envs.customer_service.categories import CATEGORIES
+from art_core.envs.customer_service.policies import never_acts, Policy, PolicyClient
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
+from art_core.serving import Endpoint
+from art_core.storage import Storage
 from art_core.store import ModelRef, baseline_eval_path
 from art_core.trajectories import TrajectoryGroup
-
-if TYPE_CHECKING:
-    from art_core.envs.customer_service.policies import Policy
-    from art_core.serving import Endpoint
 
 
 HEADLINE_CATEGORY = "write"  # where the environment has categories, the headline is pass^1 on these tasks
@@ -238,8 +238,6 @@ async def evaluate_policy(
     >>> report.headline, report.by_category["refuse"].reward                                                  # doctest: +SKIP
     (Headline(metric='write pass^1', value=0.0), 1.0)
     """
-    from art_core.envs.customer_service.policies import PolicyClient
-
     env = _for_evaluation(env)
     chosen = _chosen(env, split, scenarios)
     t0 = time.perf_counter()
@@ -277,8 +275,6 @@ def evaluate_step(
 
     `endpoint(rank)` gives the server to sample from, able to serve adapters of LoRA rank `rank`.
     """
-    from art_core.adapters import adapter_rank, load_checkpoint
-
     store = ref.store()
     ep = endpoint(adapter_rank(store, step))
     served = load_checkpoint(ep, store, ref.base_model, step)
@@ -364,8 +360,6 @@ def never_acts_baseline(
     >>> never_acts_baseline("/tmp/art", "demo", RolloutSpec(environment="retail"), scenarios=40).headline  # doctest: +SKIP
     Headline(metric='write pass^1', value=0.0)
     """
-    from art_core.envs.customer_service.policies import never_acts
-
     env = rollout.load_environment()
     report, _ = (run or asyncio.run)(
         evaluate_policy(
@@ -377,8 +371,6 @@ def never_acts_baseline(
 
 def _store_baseline(storage_url: str, project: str, name: str, split: str, report: EvalReport) -> EvalReport:
     """Write a baseline's report to `{project}/baselines/{name}/eval-{split}.json`; returns the report."""
-    from art_core.storage import Storage
-
     storage = Storage(storage_url)
     storage.write_json(baseline_eval_path(storage, project, name, split), report.model_dump(mode="json"))
     return report

@@ -28,22 +28,25 @@ import asyncio
 import logging
 import os
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from art_core.adapters import adapter_rank, local_adapter
 from art_core.backend import Backend, TrainResult
+from art_core.dev import resolve_train_config
 from art_core.inference.lora import AdapterManager
 from art_core.inference.server import ServerConfig, ServerError, VLLMServer
 from art_core.lease import ModelLease, acquire_model_lease
 from art_core.model import Model, TrainableModel
 from art_core.naming import step_name
 from art_core.serving import ServerPool
+from art_core.settings import get_settings
+from art_core.sft import read_sft_file, sft_and_record, TrainSFTConfig
+from art_core.step import train_and_record
 from art_core.storage import Storage
 from art_core.store import ModelStore, same_base_model
-
-if TYPE_CHECKING:
-    from art_core.training.config import TrainConfig
-    from art_core.trajectories import TrajectoryGroup
+from art_core.training.checkpoints import prune_checkpoints
+from art_core.training.config import TrainConfig
+from art_core.trajectories import TrajectoryGroup
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +72,6 @@ class LocalBackend(Backend):
         writes nothing, train refuses.
         """
         if path is None:
-            from art_core.settings import get_settings
-
             path = get_settings().storage_root
         if "in_process" in storage_options:  # ART's Colab switch: everything here already runs in this process
             storage_options.pop("in_process")
@@ -284,10 +285,6 @@ class LocalBackend(Backend):
         keywords and `_config` take ART's names (art_core.dev maps them onto TrainConfig, and reports the
         ones without a counterpart). Afterwards `model.get_inference_name()` names the new step.
         """
-        from art_core.dev import resolve_train_config
-        from art_core.step import train_and_record
-        from art_core.training.config import TrainConfig
-
         groups = list(groups if groups is not None else trajectory_groups or [])
         config = resolve_train_config(model, config, _config, art_options)
 
@@ -324,9 +321,6 @@ class LocalBackend(Backend):
             await backend.train_sft(model, "demos.jsonl", TrainSFTConfig(learning_rate=2e-4, batch_size=4))
             await model.train(groups)   # checkpoint 2, trained from SFT's checkpoint 1
         """
-        from art_core.dev import resolve_train_config
-        from art_core.sft import TrainSFTConfig, read_sft_file, sft_and_record
-
         if isinstance(trajectories, (str, os.PathLike)):
             trajectories = read_sft_file(os.fspath(trajectories))
 
@@ -370,8 +364,6 @@ class LocalBackend(Backend):
 
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str = "val/reward") -> list[int]:
         """Keep the latest step and the best by `best_checkpoint_metric`; delete the rest and unload their adapters."""
-        from art_core.training.checkpoints import prune_checkpoints
-
         self._check_writer(model)
         deleted = await asyncio.to_thread(
             prune_checkpoints, self.storage, model.project, model.storage_name, best_metric=best_checkpoint_metric
@@ -423,8 +415,6 @@ class LocalBackend(Backend):
         """ART's backup: copy the model's folder (checkpoints, history, trajectories) to
         s3://{bucket}/[{prefix}/]{project}/models/{name}; returns that URL. `delete` also removes remote
         files that are gone here."""
-        from art_core.storage import Storage
-
         remote = self._s3_model_dir(model, s3_bucket, prefix)
         local = self.model_store(model).root
         target = Storage(remote.rsplit(f"/{model.project}/models/", 1)[0])
@@ -444,8 +434,6 @@ class LocalBackend(Backend):
     ) -> str:
         """ART's restore: copy s3://{bucket}/[{prefix}/]{project}/models/{name} into this backend's storage
         (before `register`, so training resumes at the latest pulled step; after it, that step is served)."""
-        from art_core.storage import Storage
-
         remote = self._s3_model_dir(model, s3_bucket, prefix)
         source = Storage(remote.rsplit(f"/{model.project}/models/", 1)[0])
         local = self.model_store(model).root

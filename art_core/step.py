@@ -21,20 +21,21 @@ import hashlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel
 
+from art_core.adapters import adapter_rank, load_checkpoint
+from art_core.fanout import Replicas, roll_out_on_ray
+from art_core.inference.server import VLLMServer
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step, step_sampling
+from art_core.serving import Endpoint
 from art_core.store import ModelRef, ModelStore, file_fingerprint
+from art_core.training import trainer  # trainer.train_grpo_step looked up per call: tests spy on it
+from art_core.training.config import TrainConfig
 from art_core.training.result import TrainResult
-
-if TYPE_CHECKING:
-    from art_core.fanout import Replicas
-    from art_core.inference.server import VLLMServer
-    from art_core.serving import Endpoint
-    from art_core.training.config import TrainConfig
-    from art_core.trajectories import TrajectoryGroup
+from art_core.training.session import release_cuda_cache
+from art_core.trajectories import TrajectoryGroup
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,6 @@ def gather_step(
     stored rollouts sampled from any checkpoint >= `oldest_reusable` are reused as they are.
     Every group and trajectory records the step it was sampled from (`sampled_step`).
     """
-    from art_core.adapters import adapter_rank, load_checkpoint
-
     t0 = time.perf_counter()
     store = ref.store()
     uri = store.trajectories("train", step)
@@ -117,8 +116,6 @@ def gather_step(
     scenarios = scenarios_for_step(env, "train", step, rollout.groups_per_step, rollout.seed)
     sampling = step_sampling(rollout.sampling, step)  # a seed, if set, differs from step to step
     if replicas is not None and replicas.on == "ray":
-        from art_core.fanout import roll_out_on_ray
-
         spec = rollout.model_copy(update={"sampling": sampling})
         groups = roll_out_on_ray(spec, endpoints, name, scenarios, replicas.ray_address)
     else:
@@ -174,8 +171,6 @@ def train_and_record(
     backfilled from the checkpoint. `servers` sleep while the trainer holds the device (run_and_record).
     `complete`: whether checkpoint `step + 1` is complete, when the caller read it already.
     """
-    from art_core.training.trainer import train_grpo_step
-
     done = already_trained(store, groups, step + 1, complete=complete)
     if done is not None:
         return done
@@ -183,7 +178,7 @@ def train_and_record(
     rewards = {**reward_summary(groups), **staleness(groups, step)}
     return run_and_record(
         store,
-        lambda: train_grpo_step(
+        lambda: trainer.train_grpo_step(
             base_model=base_model,
             groups=groups,
             config=config,
@@ -216,8 +211,6 @@ def run_and_record(
     >>> run_and_record(store, lambda: sft_step(...), prefix="sft/", servers=[server]).step   # doctest: +SKIP
     2
     """
-    from art_core.training.session import release_cuda_cache
-
     servers = list(servers)
     for server in servers:
         server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
