@@ -20,7 +20,6 @@ in code (the `never_acts` baseline) the same way, without a server.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from typing import Any, Callable
@@ -28,9 +27,10 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field, computed_field
 
 from art_core.adapters import adapter_rank, load_checkpoint
+from art_core.coroutines import run_sync
 from art_core.envs.base import Environment, Scenario
 from art_core.envs.customer_service.categories import CATEGORIES
-from art_core.envs.customer_service.policies import never_acts, Policy, PolicyClient
+from art_core.envs.customer_service.policies import Policy, PolicyClient, never_acts
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
 from art_core.serving import Endpoint
 from art_core.storage import Storage
@@ -268,7 +268,6 @@ def evaluate_step(
     scenarios: int = 8,
     trials: int = 1,
     success_threshold: float = 1.0,
-    run: Callable[[Any], Any] | None = None,
 ) -> EvalReport:
     """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json`, the
     rollouts under `trajectories/{split}/`, and `{split}/reward`, `{split}/pass^k` in history.jsonl.
@@ -278,7 +277,7 @@ def evaluate_step(
     store = ref.store()
     ep = endpoint(adapter_rank(store, step))
     served = load_checkpoint(ep, store, ref.base_model, step)
-    report, groups = (run or asyncio.run)(
+    report, groups = run_sync(
         evaluate_model(
             rollout.load_environment(),
             ep,
@@ -323,11 +322,10 @@ def evaluate_baseline(
     scenarios: int = 8,
     trials: int = 1,
     success_threshold: float = 1.0,
-    run: Callable[[Any], Any] | None = None,
 ) -> EvalReport:
     """The same evaluation for a prompted model (a hosted one, or a base model on any server), stored under
     `{project}/baselines/{model}/eval-{split}.json`."""
-    report, _ = (run or asyncio.run)(
+    report, _ = run_sync(
         evaluate_model(
             rollout.load_environment(),
             endpoint,
@@ -352,7 +350,6 @@ def never_acts_baseline(
     scenarios: int = 8,
     trials: int = 1,
     success_threshold: float = 1.0,
-    run: Callable[[Any], Any] | None = None,
 ) -> EvalReport:
     """The never-acts baseline (no tool call, every turn a polite refusal) on the same scenarios as
     `evaluate_step`, stored under `{project}/baselines/never-acts-{environment}/eval-{split}.json`.
@@ -361,7 +358,7 @@ def never_acts_baseline(
     Headline(metric='write pass^1', value=0.0)
     """
     env = rollout.load_environment()
-    report, _ = (run or asyncio.run)(
+    report, _ = run_sync(
         evaluate_policy(
             env, never_acts, split=split, scenarios=scenarios, trials=trials, success_threshold=success_threshold
         )

@@ -16,7 +16,6 @@ from the checkpoint itself when the crash came between the two.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -26,6 +25,7 @@ from typing import Any, Callable, Iterable
 from pydantic import BaseModel
 
 from art_core.adapters import adapter_rank, load_checkpoint
+from art_core.coroutines import run_sync
 from art_core.fanout import Replicas, roll_out_on_ray
 from art_core.inference.server import VLLMServer
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step, step_sampling
@@ -68,7 +68,6 @@ def gather_step(
     endpoint: "Callable[[int], Endpoint | list[Endpoint]]",
     *,
     served_name: "Callable[[Endpoint], str] | None" = None,
-    run: Callable[[Any], Any] | None = None,
     sample_step: int | None = None,
     oldest_reusable: int | None = None,
     replicas: "Replicas | None" = None,
@@ -128,7 +127,7 @@ def gather_step(
             max_exceptions=rollout.max_exceptions,
             sampling=sampling,
         )
-        groups = (run or asyncio.run)(coro)
+        groups = run_sync(coro)
     for g in groups:
         g.metadata.update(inputs_key=key, sampled_from=name, sampled_step=sampled)
         for t in g.trajectories:

@@ -17,7 +17,7 @@ the run's own storage (tasks.results). The package re-exports the tasks and spec
 others (deploy_step, sft, mcp, remote) are imported from their modules.
 """
 
-from tasks._async import run_sync
+from art_core.coroutines import run_sync
 from tasks.deploy import export_adapter, serve_adapter
 from tasks.evaluate import evaluate, evaluate_never_acts, evaluate_prompted
 from tasks.gather import gather_trajectories

@@ -10,10 +10,10 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from art_core.coroutines import run_sync
 from art_core.deploy import Deployment, deploy_model
 from art_core.deploy import export_adapter as export_adapter_to_storage
 from art_core.deploy import serve_adapter as start_adapter_server
-from tasks._async import run_sync
 from tasks.specs import ModelRef
 
 

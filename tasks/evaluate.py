@@ -19,7 +19,6 @@ from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step, neve
 from art_core.rollouts import RolloutSpec
 from art_core.serving import Endpoint, endpoint_for
 from art_core.store import ModelRef
-from tasks._async import run_sync
 from tasks.results import cached_on
 
 
@@ -51,7 +50,6 @@ def evaluate(
         ref,
         rollout,
         step,
-        run=run_sync,
         split=split,
         scenarios=scenarios,
         trials=trials,
@@ -95,7 +93,6 @@ def evaluate_prompted(
         scenarios=scenarios,
         trials=trials,
         success_threshold=success_threshold,
-        run=run_sync,
     )
     h = report.headline
     get_run_logger().info(
@@ -135,7 +132,6 @@ def evaluate_never_acts(
         scenarios=scenarios,
         trials=trials,
         success_threshold=success_threshold,
-        run=run_sync,
     )
     get_run_logger().info(
         "never-acts on %s: %s %.3f, reward %.3f", split, report.headline.metric, report.headline.value, report.reward

@@ -23,7 +23,6 @@ from art_core.rollouts import RolloutSpec
 from art_core.serving import endpoint_for
 from art_core.step import GatherOutcome, gather_step
 from art_core.store import ModelRef
-from tasks._async import run_sync
 from tasks.results import cached_on, step_run_name
 
 
@@ -66,7 +65,6 @@ def gather_trajectories(
             rollout,
             step,
             checkpoint_fingerprint,
-            run=run_sync,
             endpoint=endpoints,
             sample_step=sample_step,
             oldest_reusable=oldest_reusable,

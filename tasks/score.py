@@ -15,11 +15,11 @@ import time
 
 from prefect import get_run_logger, task
 
+from art_core.coroutines import run_sync
 from art_core.rewards.config import JudgeConfig, ResolvedJudge, resolve_judge
 from art_core.rewards.judge import JudgeError
 from art_core.rollouts import reward_summary
 from art_core.store import ModelRef
-from tasks._async import run_sync
 from tasks.results import cached_on, step_run_name
 from tasks.specs import ScoreResult
 

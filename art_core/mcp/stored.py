@@ -55,7 +55,7 @@ def stored_scenarios(
 
     `generate` is an `art_core.envs.mcp.GenerateOptions`. The file holds the scenarios, their cost and what they
     were generated from; a run that finds it pays nothing."""
-    from art_core.envs.mcp.server import run_blocking
+    from art_core.coroutines import run_sync
     from art_core.storage import Storage
 
     uri = scenarios_uri(store, scenarios_key(server, tools, resources, generate))
@@ -63,7 +63,7 @@ def stored_scenarios(
     if storage.exists(uri):
         log.info("MCP scenarios for %s: reusing %s", server, uri)
         return GeneratedScenarioCollection.from_json(storage.read_text(uri))
-    collection = run_blocking(
+    collection = run_sync(
         generate_scenarios(
             tools,
             resources,

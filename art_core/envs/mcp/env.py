@@ -32,9 +32,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.coroutines import run_sync
 from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.mcp.schemas import READ_RESOURCE, openai_tool, read_resource_tool, takes_argument
-from art_core.envs.mcp.server import McpServer, McpServerError, connect, run_blocking
+from art_core.envs.mcp.server import McpServer, McpServerError, connect
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
 from art_core.envs.tool_use.tools import ToolError, parse_call
@@ -113,7 +114,7 @@ class McpEnv(Environment):
                 "the mcp environment needs tasks: scenarios=['...'] (or a stored collection's URI) or "
                 "generate={'generator_model': '...'}"
             )
-        self.server_name, raw_tools, raw_resources = run_blocking(discover(self.options.server))
+        self.server_name, raw_tools, raw_resources = run_sync(discover(self.options.server))
         self._build_catalog(raw_tools, raw_resources)
         if self.options.url and not self.state_key_tools and self.reset is None:
             log.warning(

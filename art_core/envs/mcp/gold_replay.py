@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from art_core.envs.mcp.server import run_blocking
+from art_core.coroutines import run_sync
 from art_core.envs.mcp.server import McpServer, connect
 
 
@@ -94,7 +94,7 @@ def replay_tasks(
                     )
         return outcomes
 
-    served = run_blocking(through_server())
+    served = run_sync(through_server())
     for tid in ids:
         actions = _actions(data.tasks[tid])
         report.tasks += 1

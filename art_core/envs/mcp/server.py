@@ -299,20 +299,6 @@ async def _stop(process: Any, grace_s: float = 2.0) -> None:
     release(process.pid)
 
 
-def run_blocking(coro: Any) -> Any:
-    """Run a coroutine to completion from synchronous code, also where this thread already runs a loop.
-
-    Example: `name, tools, resources = run_blocking(discover(server))` inside a Prefect task or a notebook."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 def leaf(exc: BaseException) -> BaseException:
     """The first exception inside (nested) exception groups, or `exc` itself."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
