@@ -20,6 +20,26 @@ class UnsupportedBaseModelError(DeployError, ValueError):
     """The target does not serve adapters of this base model (refused before any upload)."""
 
 
+def refuse_unserved_base(service: str, base_model: str, supported: tuple[str, ...] | list[str]) -> None:
+    """UnsupportedBaseModelError unless `service` serves LoRA adapters of `base_model` (checked before any upload)."""
+    if base_model not in supported:
+        raise UnsupportedBaseModelError(
+            f"{service} does not serve LoRA adapters of {base_model!r}. Supported base models: {', '.join(supported)}. "
+            f"If the model was trained from a local copy of one of them, pass its {service} name as base_model=...; "
+            "otherwise deploy to 'merged' or 'vllm'."
+        )
+
+
+def require_sdk(module: str, what: str) -> None:
+    """DeployError unless the target's SDK (`module`) imports; `what` names it in the message."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise DeployError(f"{what} is not installed: pip install 'art-pipeline[pipeline]'") from e
+
+
 class Deployment(BaseModel):
     """Where a deployed step answers. ART's `DeploymentResult.inference_model_name` and `LoRADeploymentJob`
     (status, job_id, model_name, failure_reason) map onto these fields."""

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 
-from art_core.deploy.result import Deployment, DeployError, UnsupportedBaseModelError
+from art_core.deploy.result import Deployment, DeployError, refuse_unserved_base, require_sdk
 from art_core.storage import CHECKPOINT_MARKER, Storage
 from art_core.store import step_dir
 
@@ -54,12 +54,7 @@ _STATUS = {
 
 def preflight(base_model: str, api_key: str | None, storage: Storage, upload_to: str | None) -> str:
     """Refuse what Together would refuse, before anything is uploaded; returns the API key."""
-    if base_model not in SUPPORTED_BASE_MODELS:
-        raise UnsupportedBaseModelError(
-            f"Together does not serve LoRA adapters of {base_model!r}. Supported base models: "
-            f"{', '.join(SUPPORTED_BASE_MODELS)}. If the model was trained from a local copy of one of them, "
-            "pass its Together name as base_model=...; otherwise deploy to 'merged' or 'vllm'."
-        )
+    refuse_unserved_base("Together", base_model, SUPPORTED_BASE_MODELS)
     key = api_key or os.environ.get("TOGETHER_API_KEY")
     if not key:
         raise DeployError(
@@ -71,10 +66,7 @@ def preflight(base_model: str, api_key: str | None, storage: Storage, upload_to:
             f"Together downloads the adapter from a URL, and storage {storage.root} is a local folder: "
             "pass upload_to='s3://bucket/prefix' (or use an s3:// storage root) for the archive"
         )
-    try:
-        import together  # noqa: F401
-    except ImportError as e:
-        raise DeployError("the Together SDK is not installed: pip install 'art-pipeline[pipeline]'") from e
+    require_sdk("together", "the Together SDK")
     return key
 
 

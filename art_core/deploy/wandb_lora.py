@@ -17,7 +17,7 @@ import os
 import tempfile
 
 
-from art_core.deploy.result import Deployment, DeployError, UnsupportedBaseModelError
+from art_core.deploy.result import Deployment, DeployError, refuse_unserved_base, require_sdk
 from art_core.storage import Storage
 
 # Base models W&B Inference serves LoRA adapters for (the list ART checks, art.utils.deployment.wandb).
@@ -37,22 +37,14 @@ def _offline() -> bool:
 
 def preflight(base_model: str, api_key: str | None) -> str | None:
     """Refuse a base W&B does not serve and a missing key, before anything is logged; returns the key."""
-    if base_model not in SUPPORTED_BASE_MODELS:
-        raise UnsupportedBaseModelError(
-            f"W&B Inference does not serve LoRA adapters of {base_model!r}. Supported base models: "
-            f"{', '.join(SUPPORTED_BASE_MODELS)}. If the model was trained from a local copy of one of them, "
-            "pass its name as base_model=...; otherwise deploy to 'merged' or 'vllm'."
-        )
+    refuse_unserved_base("W&B Inference", base_model, SUPPORTED_BASE_MODELS)
     key = api_key or os.environ.get("WANDB_API_KEY")
     if not key and not _offline():
         raise DeployError(
             "WANDB_API_KEY is not set: export it (or store it in the Prefect Secret block the deploy "
             "flow names), or set WANDB_MODE=offline to log the artifact locally"
         )
-    try:
-        import wandb  # noqa: F401
-    except ImportError as e:
-        raise DeployError("wandb is not installed: pip install 'art-pipeline[pipeline]'") from e
+    require_sdk("wandb", "wandb")
     return key
 
 
