@@ -19,7 +19,7 @@ from art_core.envs.airline.db import make_db
 from art_core.envs.airline.scenarios import make_tasks
 from art_core.envs.airline.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
 from art_core.envs.customer_service.domain import Domain
-from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS
+from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS, CustomerServiceEnv
 
 POLICY = (Path(__file__).parent / "policy.md").read_text()
 
@@ -36,8 +36,6 @@ AIRLINE = Domain(
 
 def load_environment(**options: Any):
     """The airline environment: `CustomerServiceEnv(AIRLINE, **options)` (see art_core.envs.customer_service.env)."""
-    from art_core.envs.customer_service.env import CustomerServiceEnv  # the generic loop; imported only when used
-
     return CustomerServiceEnv(AIRLINE, **options)
 
 

@@ -17,7 +17,7 @@ from art_core.envs.retail.db import make_db
 from art_core.envs.retail.scenarios import make_tasks
 from art_core.envs.retail.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
 from art_core.envs.customer_service.domain import Domain
-from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS
+from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS, CustomerServiceEnv
 
 POLICY = (Path(__file__).parent / "policy.md").read_text()
 
@@ -35,8 +35,6 @@ RETAIL = Domain(
 
 def load_environment(**options: Any):
     """The retail environment; see `CustomerServiceEnv` for the options (seed, user, max_turns, ...)."""
-    from art_core.envs.customer_service.env import CustomerServiceEnv
-
     return CustomerServiceEnv(RETAIL, **options)
 
 
