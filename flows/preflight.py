@@ -28,7 +28,7 @@ from flows.config import (
     DEFAULT_MAX_TOKENS,
     PreflightError,
     RunConfig,
-    _looks_local,
+    looks_local,
     base_model_folder,
     demonstrations_file,
 )
@@ -65,7 +65,7 @@ def _run(config: RunConfig) -> RunConfig:
             "sampling, and vLLM then reports logprobs after the grammar mask, so the importance ratio against them "
             "collapses and nothing is learned: set train.old_logprobs to 'recompute'",
         )
-    if facts.has_tools and _looks_local(base):
+    if facts.has_tools and looks_local(base):
         # A template that drops `tools=` would train a tool task on prompts without the tools.
         try:
             check_template_shows_tools(base)
