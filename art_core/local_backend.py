@@ -40,7 +40,7 @@ from art_core.model import Model, TrainableModel
 from art_core.naming import step_name
 from art_core.serving import ServerPool
 from art_core.settings import get_settings
-from art_core.sft import read_sft_file, sft_and_record, TrainSFTConfig
+from art_core.sft import TrainSFTConfig, read_sft_file, sft_and_record
 from art_core.step import train_and_record
 from art_core.storage import Storage
 from art_core.store import ModelStore, same_base_model
