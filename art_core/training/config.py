@@ -215,6 +215,12 @@ class TrainConfig(BaseModel):
         "equal the 1-rank step's; checkpoints resume on any number of ranks. >1 spawns that many local workers "
         "per step; under torchrun, WORLD_SIZE sets it. The GPU work pool and the SkyPilot task ask for this many GPUs.",
     )
+    ranks_on: Literal["local", "ray"] = Field(
+        "local",
+        description="Where a step's ranks run (ranks > 1): 'local' spawns them on this machine; 'ray' starts them as "
+        "Ray actors on the cluster at RAY_ADDRESS (a local one when unset), one GPU each where the cluster has GPUs, "
+        "so one step spans nodes. Storage every node reaches (s3://) when the ranks run on other nodes.",
+    )
     shard_base: Literal["auto", "off", "on"] = Field(
         "auto",
         description="With ranks > 1, shard the frozen base model's weights over the step's ranks with FSDP2 "
@@ -267,6 +273,8 @@ class TrainConfig(BaseModel):
             self.aggregation = "constant_norm"
         if self.kl_ref_adapter_path and self.beta <= 0:
             raise ValueError("kl_ref_adapter_path is the KL penalty's reference: set beta (kl_penalty_coef) > 0 too")
+        if self.ranks_on == "ray" and self.ranks == 1:
+            raise ValueError("ranks_on='ray' starts a step's ranks as Ray actors, but ranks is 1: set ranks > 1")
         if self.shard_base == "on" and self.ranks == 1:
             raise ValueError(
                 "shard_base='on' shards the base model over the step's ranks, but ranks is 1: set ranks > 1 "

@@ -6,7 +6,9 @@ LocalBackend or a Prefect flow, nothing else changes:
 
     train_grpo_step(..., config=TrainConfig(ranks=2), ...)   # spawns 2 local workers for this step
 
-Under torchrun the launcher has already made the processes; each runs the step through torchrun_step.py:
+With `TrainConfig(ranks=N, ranks_on="ray")` the ranks are Ray actors on the cluster at RAY_ADDRESS, one GPU each,
+so a step spans nodes (`run_on_ray_ranks`). Under torchrun the launcher has already made the processes; each runs
+the step through torchrun_step.py:
 
     torchrun --nproc-per-node 8 -m art_core.training.torchrun_step --base-model /models/qwen7b ...
 
@@ -299,8 +301,115 @@ def _stop(procs: list[Any], grace_s: float = 5.0) -> None:
             p.join()
 
 
+# ---- launching N ranks as Ray actors (across nodes) ----------------------------------------------------------
+class RayRank:
+    """One rank of a step as a Ray actor: `run` joins the step's process group (rank 0 hosts its rendezvous store
+    on its own node) and runs the target there. One GPU per actor on a cluster with GPUs."""
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Where the step's store listens: this node's address and a port free on it (asked of rank 0)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, rank: int, world: int, host: str, port: int, timeout_s: float, target: str, kwargs: dict) -> Any:
+        import datetime
+        import importlib
+
+        import torch.distributed as dist
+
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = dist.TCPStore(host, port, is_master=rank == 0, wait_for_workers=False, timeout=timeout)
+        init_process_group(rank, world, store=store, timeout_s=timeout_s)
+        try:
+            module, _, attr = target.rpartition(".")
+            result = getattr(importlib.import_module(module), attr)(**kwargs)
+        finally:
+            dist.destroy_process_group()
+        return result.model_dump_json() if hasattr(result, "model_dump_json") else json.dumps(result)
+
+
+def run_on_ray_ranks(
+    world: int,
+    target: str,
+    kwargs: dict[str, Any],
+    *,
+    address: str | None = None,
+    timeout_s: float = TIMEOUT_S,
+    on_start: Callable[[list[int]], None] | None = None,
+) -> str:
+    """`run_on_ranks` with the ranks as Ray actors on the cluster at `address` (None: RAY_ADDRESS, else a local
+    cluster started here), so they can sit on several nodes: one GPU each where the cluster has GPUs, one CPU each
+    otherwise. Rank 0's node hosts the rendezvous store. Returns rank 0's result as JSON text; the first rank that
+    dies or raises fails the call with `RankFailedError` naming it, and every rank's actor is killed before this
+    returns or raises. `on_start(pids)` gets the actors' process ids (tests kill one)."""
+    from art_core.fanout import connect_ray
+
+    ray = connect_ray(address)
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if gpus and world > gpus:
+        raise ValueError(f"TrainConfig.ranks is {world} but the Ray cluster has {gpus:g} GPU(s): one rank a GPU")
+    resources = {"num_gpus": 1, "num_cpus": 0} if gpus else {"num_gpus": 0, "num_cpus": 1}
+    actors = [ray.remote(RayRank).options(max_restarts=0, **resources).remote() for _ in range(world)]
+    try:
+        host, port = ray.get(actors[0].rendezvous.remote(), timeout=timeout_s)
+        pids = ray.get([a.pid.remote() for a in actors], timeout=timeout_s)  # every rank placed before any joins
+        pending = {a.run.remote(r, world, host, port, timeout_s, target, kwargs): r for r, a in enumerate(actors)}
+        if on_start is not None:
+            on_start(pids)
+        result = None
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            try:
+                value = ray.get(done[0])
+            except Exception as first:
+                rank, error = _ray_cause(ray, pending, done[0], first)
+                raise RankFailedError(
+                    f"rank {rank} of {world} (a Ray actor) failed during the train step; the other ranks were "
+                    f"stopped. Its error:\n{error}",
+                    rank,
+                ) from None
+            if pending.pop(done[0]) == 0:
+                result = value
+        return result
+    finally:
+        for actor in actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+
+
+def _ray_cause(ray: Any, pending: dict, ref: Any, error: BaseException) -> tuple[int, BaseException]:
+    """The failure to report: a rank whose actor died (within a second of the first failure) over one that
+    raised, since the survivors' collective errors follow from the death."""
+    from ray.exceptions import RayActorError
+
+    failures = {pending[ref]: error}
+    others = [r for r in pending if r is not ref]
+    done, _ = ray.wait(others, num_returns=len(others), timeout=1.0) if others else ([], [])
+    for r in done:
+        try:
+            ray.get(r)
+        except Exception as e:
+            failures[pending[r]] = e
+    died = sorted(rank for rank, e in failures.items() if isinstance(e, RayActorError))
+    rank = died[0] if died else min(failures)
+    return rank, failures[rank]
+
+
 def train_grpo_step_on_ranks(**step_kwargs: Any):
-    """`train_grpo_step` on `config.ranks` fresh local processes; the same arguments, the same TrainResult.
+    """`train_grpo_step` on `config.ranks` fresh processes (local, or Ray actors with `config.ranks_on='ray'`);
+    the same arguments, the same TrainResult.
 
     >>> train_grpo_step_on_ranks(base_model=..., groups=..., config=TrainConfig(ranks=2), ...)  # doctest: +SKIP
     """
@@ -308,11 +417,13 @@ def train_grpo_step_on_ranks(**step_kwargs: Any):
 
     import torch
 
-    world = step_kwargs["config"].ranks
+    config = step_kwargs["config"]
+    world, target = config.ranks, "art_core.training.trainer.train_grpo_step"
+    if config.ranks_on == "ray":
+        return TrainResult.model_validate_json(run_on_ray_ranks(world, target, step_kwargs))
     gpus = torch.cuda.device_count()
     if gpus and world > gpus:
         raise ValueError(
             f"TrainConfig.ranks is {world} but {gpus} GPU(s) are visible here (CUDA_VISIBLE_DEVICES): one rank a GPU"
         )
-    text = run_on_ranks(world, "art_core.training.trainer.train_grpo_step", step_kwargs)
-    return TrainResult.model_validate_json(text)
+    return TrainResult.model_validate_json(run_on_ranks(world, target, step_kwargs))

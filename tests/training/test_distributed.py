@@ -1,7 +1,8 @@
 """Data-parallel train steps (art_core.training.distributed) on CPU: gloo, 2 spawned processes, the tiny model.
 
 A 2-rank step equals the 1-process step (loss, gradients through AdamW's first moment, written adapter); its
-checkpoint resumes on 1 rank; a rank killed mid-step fails the step naming it, with no process left behind.
+checkpoint resumes on 1 rank; a rank killed mid-step fails the step naming it, with no process left behind. The
+same with the ranks as actors of a real (local) Ray cluster, the way a step spans nodes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from safetensors.torch import load_file
 from art_core.storage import Storage
 from art_core.store import ModelStore
 from art_core.training.config import TrainConfig
-from art_core.training.distributed import RankFailedError, rank_share, run_on_ranks
+from art_core.training.distributed import RankFailedError, rank_share, run_on_ranks, run_on_ray_ranks
 from art_core.training.trainer import train_grpo_step
 from tests.training.test_trainer import _groups
 
@@ -182,3 +183,52 @@ def test_a_rank_that_raises_fails_the_step_with_its_error(monkeypatch):
         run_on_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=pids.extend)
     assert caught.value.rank == 1 and "the step failed on purpose" in str(caught.value)
     assert _gone(pids)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster for this module (2 CPUs: one a rank), stopped at its end."""
+    from art_core.fanout import connect_ray, shutdown_ray
+
+    connect_ray(None)
+    yield
+    shutdown_ray()
+
+
+def test_a_two_rank_step_on_ray_actors_equals_the_one_process_step(runs, ray_cluster, tiny_model_path):
+    store, results = runs
+    ray = train_grpo_step(
+        base_model=tiny_model_path,
+        groups=_step_groups(0),
+        config=CFG.model_copy(update={"ranks": 2, "ranks_on": "ray"}),
+        storage=store,
+        project="p",
+        name="ray",
+        step=0,
+    )
+    assert ray.metrics["ranks"] == 2 and ray.step == 1
+    assert_same_step(store, {**results, "ray": [ray]}, "ray")
+
+
+def test_a_killed_ray_rank_fails_the_step_naming_it_and_leaves_no_actor(ray_cluster):
+    pids: list[int] = []
+
+    def kill_rank_1(started: list[int]) -> None:
+        pids.extend(started)
+        time.sleep(1.0)
+        os.kill(started[1], signal.SIGKILL)
+
+    t0 = time.time()
+    with pytest.raises(RankFailedError) as caught:
+        run_on_ray_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=kill_rank_1)
+    assert time.time() - t0 < 60  # the launcher noticed the death, not a timeout
+    assert caught.value.rank == 1 and "rank 1 of 2" in str(caught.value)
+    deadline = time.time() + 20
+    while not _gone(pids) and time.time() < deadline:  # ray.kill ends the actors' processes
+        time.sleep(0.2)
+    assert _gone(pids)
+
+
+def test_ranks_on_ray_needs_more_than_one_rank():
+    with pytest.raises(ValueError, match="ranks_on='ray'.*ranks is 1"):
+        TrainConfig(ranks_on="ray")
