@@ -29,6 +29,9 @@ What no rollout may bring into a run:
       rollout 3 of group 1 (scenario train-7): waiting 121 s on POST /v1/chat/completions to http://127.0.0.1:41234
       rollout 5 of group 1 (scenario train-7): in its own code for 121 s, no request in flight
       server http://127.0.0.1:41234: its /metrics reported 0 running and 0 waiting 2 s ago
+
+A server's line also says whether its token counters rose between reads: "still generating: slow, not stuck" (a
+busy machine, a long context) or "has not moved in N s" (an engine holding requests without working on them).
 """
 
 from __future__ import annotations

@@ -57,6 +57,28 @@ async def test_a_stuck_gather_names_the_waiting_rollouts_their_server_and_its_co
     assert len(first) == 5  # one line per rollout, one per server: the server is listed once
 
 
+async def test_a_slow_server_still_generating_is_told_apart_from_a_wedged_one(caplog):
+    """Both report their request running; only the slow one's token counter rises between reads, and the report
+    says so, while the wedged one's count is reported standing still."""
+    caplog.set_level(logging.WARNING, logger="art_core.gather")
+    reads = iter(range(10**6))
+    async with (
+        LoopbackServer(lambda: vllm_metrics(1, generated=12 + 5 * next(reads)), answer_after_s=5.0) as slow,
+        LoopbackServer(vllm_metrics(1), answer_after_s=5.0) as wedged,
+    ):
+        await gather_trajectory_groups([[_ask(slow.root), _ask(wedged.root)]], stall_report_s=1.0)
+    text = "\n".join(_reports(caplog))
+    server_lines = [line for line in text.splitlines() if line.startswith("  server ")]
+    assert any(
+        line.startswith(f"  server {slow.root}:") and "still generating: slow, not stuck" in line
+        for line in server_lines
+    )
+    assert any(
+        line.startswith(f"  server {wedged.root}:") and "token count has not moved" in line for line in server_lines
+    )
+    assert not any(line.startswith(f"  server {wedged.root}:") and "still generating" in line for line in server_lines)
+
+
 async def test_a_gather_that_progresses_says_nothing(caplog):
     caplog.set_level(logging.WARNING, logger="art_core.gather")
     # Ten rollouts finishing one after another, each well within the setting: progress all along.

@@ -135,6 +135,8 @@ class ServerWatch:
         self.seen_at: float | None = None  # when /metrics last answered
         self.polled_at: float | None = None  # when /metrics was last asked (answered or not)
         self.busy_at = -math.inf  # when the server last reported work (running or waiting > 0, tokens counted)
+        self.work_read_at: float | None = None  # when its token counters were first read
+        self.moved_at: float | None = None  # when they last rose: the engine generating, however slowly
         self.failure: str | None = None  # how the last /metrics call failed
         self.failures = 0
         self._poller: asyncio.Task[None] | None = None
@@ -212,8 +214,13 @@ class ServerWatch:
         self.seen_at = self.polled_at
         self.counts = {k: values[k] for k in ("running", "waiting") if k in values}
         work = values.get("work", 0.0)
-        if sum(self.counts.values()) > 0 or (self.work >= 0 and work != self.work):
+        moved = self.work >= 0 and work != self.work
+        if sum(self.counts.values()) > 0 or moved:
             self.busy_at = self.polled_at
+        if moved:
+            self.moved_at = self.polled_at
+        if self.work_read_at is None:
+            self.work_read_at = self.polled_at
         self.work = work
 
     def _judge(self) -> None:
@@ -241,12 +248,21 @@ class ServerWatch:
             f"work, {STALL_ENV})"
         )
 
+    def _tokens(self, now: float) -> str:
+        """Whether the engine's token counters moved: slow generation says so, a wedged engine does not."""
+        if self.moved_at is not None:
+            return f"; its token count last rose {now - self.moved_at:.0f} s ago (still generating: slow, not stuck)"
+        if self.work_read_at is not None and self.seen_at is not None and self.seen_at > self.work_read_at:
+            return f"; its token count has not moved in {now - self.work_read_at:.0f} s"
+        return ""
+
     def seen(self) -> str:
         """What the server's /metrics said last, in words."""
         now = time.monotonic()
         if self.has_metrics and self.seen_at is not None and not self.failure:
             running, waiting = int(self.counts.get("running", 0)), int(self.counts.get("waiting", 0))
-            return f"its /metrics reported {running} running and {waiting} waiting {now - self.seen_at:.0f} s ago"
+            said = f"its /metrics reported {running} running and {waiting} waiting {now - self.seen_at:.0f} s ago"
+            return said + self._tokens(now)
         if self.has_metrics is False:
             return "it has no vLLM /metrics to read its counts from"
         if self.failure is not None:

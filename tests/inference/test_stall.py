@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import time
+from typing import Callable
 
 import pytest
 
@@ -34,20 +35,21 @@ COMPLETION = {
 }
 
 
-def vllm_metrics(running: int, waiting: int = 0) -> str:
+def vllm_metrics(running: int, waiting: int = 0, generated: int = 12) -> str:
     return (
         "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
         f'vllm:num_requests_running{{engine="0",model_name="tiny"}} {running}.0\n'
         f'vllm:num_requests_waiting{{engine="0",model_name="tiny"}} {waiting}.0\n'
-        'vllm:generation_tokens_total{engine="0",model_name="tiny"} 12.0\n'
+        f'vllm:generation_tokens_total{{engine="0",model_name="tiny"}} {generated}.0\n'
     )
 
 
 class LoopbackServer:
-    """An HTTP/1.1 server on 127.0.0.1: /metrics answers `metrics` (None: never answers; a number: that status),
-    a POST is answered after `answer_after_s` seconds (None: accepted, read, and never answered)."""
+    """An HTTP/1.1 server on 127.0.0.1: /metrics answers `metrics` (None: never answers; a number: that status; a
+    function: its text, asked anew each time), a POST is answered after `answer_after_s` seconds (None: accepted,
+    read, and never answered)."""
 
-    def __init__(self, metrics: str | int | None, answer_after_s: float | None) -> None:
+    def __init__(self, metrics: "str | int | Callable[[], str] | None", answer_after_s: float | None) -> None:
         self.metrics, self.answer_after_s = metrics, answer_after_s
         self.posts = 0
         self.handlers: set[asyncio.Task] = set()
@@ -75,9 +77,8 @@ class LoopbackServer:
                 if path == "/metrics":
                     if self.metrics is None:
                         await asyncio.sleep(3600)
-                    status, body = (
-                        (self.metrics, b"") if isinstance(self.metrics, int) else (200, self.metrics.encode())
-                    )
+                    text = self.metrics() if callable(self.metrics) else self.metrics
+                    status, body = (text, b"") if isinstance(text, int) else (200, text.encode())
                 else:
                     self.posts += 1
                     if self.answer_after_s is None:
