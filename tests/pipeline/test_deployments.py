@@ -40,8 +40,11 @@ def _built_deployments() -> dict[str, dict]:
 
 def test_every_deployment_builds_and_its_defaults_validate_after_make_demo(monkeypatch, smollm2_path, tiny_model_path):
     """A run started from the UI with a deployment's defaults is accepted by the form (the schema), then by the
-    flow (pydantic), on a machine that ran `make demo`; a default that needs a model nobody built says how."""
+    flow (pydantic, then its preflight), on a machine that ran `make demo`; a default that needs a model nobody
+    built says how."""
     from prefect.utilities.schema_tools.validation import build_error_obj, preprocess_schema, validate
+
+    from flows.preflight import preflight
 
     monkeypatch.chdir(REPO)  # where workers run the flows (prefect deploy's set_working_directory)
     built = _built_deployments()
@@ -56,10 +59,10 @@ def test_every_deployment_builds_and_its_defaults_validate_after_make_demo(monke
         run = config.get("run", config)
         if run["base_model"] == TINY and not os.path.exists(os.path.join(TINY, "config.json")):
             with pytest.raises(Exception, match=r"make demo-tiny.*python -m art_core.testing.tiny_model"):
-                d["flow"].validate_parameters(params)
+                preflight(d["flow"].validate_parameters(params)["config"])
             assert "make demo-tiny" in d["description"], f"{name}'s description should say how to build its model"
             run["base_model"] = tiny_model_path
-        validated = d["flow"].validate_parameters(params)["config"]
+        validated = preflight(d["flow"].validate_parameters(params)["config"])
         if run["base_model"] == "smollm2":  # SmolLM2 found as the demo finds it
             assert getattr(validated, "run", validated).base_model == smollm2_path, name
         if "data" in config:  # sft: its demonstrations ship with the repository
