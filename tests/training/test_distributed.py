@@ -160,7 +160,8 @@ def _gone(pids: list[int]) -> bool:
     return not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 
 
-def test_a_killed_rank_fails_the_step_naming_it_and_leaves_no_process():
+def _kill_rank_1_during(launch) -> tuple[RankFailedError, list[int]]:
+    """Launch 2 ranks of `sleep_on_ranks` with `launch`, SIGKILL rank 1 a second in; the error and the ranks' pids."""
     pids: list[int] = []
 
     def kill_rank_1(started: list[int]) -> None:
@@ -170,9 +171,15 @@ def test_a_killed_rank_fails_the_step_naming_it_and_leaves_no_process():
 
     t0 = time.time()
     with pytest.raises(RankFailedError) as caught:
-        run_on_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=kill_rank_1)
+        launch(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=kill_rank_1)
     assert time.time() - t0 < 60  # the launcher noticed the death, not a timeout
-    assert caught.value.rank == 1 and "rank 1 of 2" in str(caught.value) and "SIGKILL" in str(caught.value)
+    assert caught.value.rank == 1 and "rank 1 of 2" in str(caught.value)
+    return caught.value, pids
+
+
+def test_a_killed_rank_fails_the_step_naming_it_and_leaves_no_process():
+    error, pids = _kill_rank_1_during(run_on_ranks)
+    assert "SIGKILL" in str(error)
     assert _gone(pids)
 
 
@@ -211,18 +218,7 @@ def test_a_two_rank_step_on_ray_actors_equals_the_one_process_step(runs, ray_clu
 
 
 def test_a_killed_ray_rank_fails_the_step_naming_it_and_leaves_no_actor(ray_cluster):
-    pids: list[int] = []
-
-    def kill_rank_1(started: list[int]) -> None:
-        pids.extend(started)
-        time.sleep(1.0)
-        os.kill(started[1], signal.SIGKILL)
-
-    t0 = time.time()
-    with pytest.raises(RankFailedError) as caught:
-        run_on_ray_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=kill_rank_1)
-    assert time.time() - t0 < 60  # the launcher noticed the death, not a timeout
-    assert caught.value.rank == 1 and "rank 1 of 2" in str(caught.value)
+    _, pids = _kill_rank_1_during(run_on_ray_ranks)
     deadline = time.time() + 20
     while not _gone(pids) and time.time() < deadline:  # ray.kill ends the actors' processes
         time.sleep(0.2)
