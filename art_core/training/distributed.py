@@ -190,24 +190,40 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
+def _join(rank: int, world: int, host: str, port: int, timeout_s: float, hosts_store: bool = False) -> None:
+    """Join a launched step's process group through the rendezvous store at host:port (`hosts_store`: this rank
+    listens for it), with the torchrun-style variables the step reads."""
+    import datetime
+
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(host, port, is_master=hosts_store, wait_for_workers=False, timeout=timeout)
+    init_process_group(rank, world, store=store, timeout_s=timeout_s)
+
+
+def _call(target: str, kwargs: dict) -> str:
+    """`target(**kwargs)` (a dotted function name), its result as JSON text."""
+    import importlib
+
+    module, _, attr = target.rpartition(".")
+    result = getattr(importlib.import_module(module), attr)(**kwargs)
+    return result.model_dump_json() if hasattr(result, "model_dump_json") else json.dumps(result)
+
+
 def _worker(
     rank: int, world: int, port: int, timeout_s: float, parent: int, target: str, kwargs: dict, out_dir: str
 ) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-    import datetime
-    import importlib
-
     import torch.distributed as dist
 
     try:
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
-        init_process_group(rank, world, store=store, timeout_s=timeout_s)
-        module, _, attr = target.rpartition(".")
-        result = getattr(importlib.import_module(module), attr)(**kwargs)
+        _join(rank, world, "127.0.0.1", port, timeout_s)
+        result = _call(target, kwargs)
         if rank == 0:
             with open(os.path.join(out_dir, "result.json"), "w") as f:
-                f.write(result.model_dump_json() if hasattr(result, "model_dump_json") else json.dumps(result))
+                f.write(result)
         dist.destroy_process_group()
     except BaseException:
         with open(os.path.join(out_dir, f"rank{rank}.error"), "w") as f:
@@ -320,22 +336,14 @@ class RayRank:
     def pid(self) -> int:
         return os.getpid()
 
-    def run(self, rank: int, world: int, host: str, port: int, timeout_s: float, target: str, kwargs: dict) -> Any:
-        import datetime
-        import importlib
-
+    def run(self, rank: int, world: int, host: str, port: int, timeout_s: float, target: str, kwargs: dict) -> str:
         import torch.distributed as dist
 
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-        timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore(host, port, is_master=rank == 0, wait_for_workers=False, timeout=timeout)
-        init_process_group(rank, world, store=store, timeout_s=timeout_s)
+        _join(rank, world, host, port, timeout_s, hosts_store=rank == 0)
         try:
-            module, _, attr = target.rpartition(".")
-            result = getattr(importlib.import_module(module), attr)(**kwargs)
+            return _call(target, kwargs)
         finally:
             dist.destroy_process_group()
-        return result.model_dump_json() if hasattr(result, "model_dump_json") else json.dumps(result)
 
 
 def run_on_ray_ranks(
