@@ -28,9 +28,9 @@ from flows.config import (
     DEFAULT_MAX_TOKENS,
     PreflightError,
     RunConfig,
-    looks_local,
     base_model_folder,
     demonstrations_file,
+    looks_local,
 )
 
 C = TypeVar("C")

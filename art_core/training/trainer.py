@@ -40,6 +40,7 @@ import warnings
 from typing import Any
 
 from art_core.storage import Storage
+from art_core.training import distributed, fsdp
 from art_core.training.advantages import balance_advantages, step_advantages
 from art_core.training.attention import choose_attention, packed_attention
 from art_core.training.config import TrainConfig
@@ -52,7 +53,6 @@ from art_core.training.losses import (
     option_metrics_start,
     sampler_kl,
 )
-from art_core.training import distributed, fsdp
 from art_core.training.memory import (
     SAFETY,
     PeakMemory,

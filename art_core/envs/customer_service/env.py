@@ -93,9 +93,9 @@ class CustomerServiceEnv(Environment):
         return self.options.force_tool_calls
 
     def for_evaluation(self) -> CustomerServiceEnv:
-        """This environment with the task reward on every split (train_reward back to "task"); it shares the
-        database and tasks already built."""
-        if self.options.train_reward == "task":
+        """This environment without its TRAIN_ONLY_OPTIONS (train_reward back to "task": the task reward on every
+        split); it shares the database and tasks already built."""
+        if not self.options.model_fields_set & set(TRAIN_ONLY_OPTIONS):
             return self
         options = self.options.model_dump(exclude=set(TRAIN_ONLY_OPTIONS), exclude_unset=True)
         evaluated = CustomerServiceEnv(self.domain, **options)
