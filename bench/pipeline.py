@@ -65,7 +65,7 @@ def cpu_by_process() -> dict[str, float]:
 
 def sampled_tokens(cfg, steps: int) -> int:
     """Completion tokens the model sampled in the run's first `steps` steps (the work vLLM did for them)."""
-    from flows.train import refs
+    from art_pipeline.flows.train import refs
 
     store = refs(cfg)[0].store()
     total = 0
@@ -83,7 +83,7 @@ def plain_loop(cfg, steps: int) -> list[float]:
     from art_core.rollouts import checkpoint_fingerprint
     from art_core.serving import discover_endpoint
     from art_core.step import gather_step, train_and_record
-    from flows.train import refs
+    from art_pipeline.flows.train import refs
 
     ref, rollout = refs(cfg)
     store = ref.store()
@@ -112,8 +112,8 @@ def main() -> None:
 
     from art_core.inference.server import ServerConfig, VLLMServer
     from art_core.testing.tiny_model import build_tiny_model
-    from flows.config import RunConfig
-    from flows.train import train
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.train import train
 
     work = tempfile.mkdtemp(prefix="bench-pipeline-")
     model_path = build_tiny_model(os.path.join(work, "tiny"))

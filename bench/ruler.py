@@ -39,8 +39,8 @@ from openai.types.chat.chat_completion import Choice  # noqa: E402
 
 from art_core.envs import load_environment  # noqa: E402
 from art_core.envs.customer_service.domain import Action, Task, call_tool  # noqa: E402
-from art_core.rewards.render import judge_messages, render_messages, shared_prefix_len  # noqa: E402
 from art_core.rewards import DEFAULT_RUBRIC  # noqa: E402
+from art_core.rewards.render import judge_messages, render_messages, shared_prefix_len  # noqa: E402
 from art_core.trajectories import Trajectory  # noqa: E402
 
 ENDINGS = ["gold", "no_confirm", "transfer", "wrong_argument", "gives_up", "redundant", "partial", "asks_again"]

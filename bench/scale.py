@@ -42,8 +42,8 @@ def run(name: str, model_dir: str, root: str, args: argparse.Namespace, **fields
     """Train a fresh model with this configuration; whole-run and per-step seconds, and mean staleness."""
     from art_core.fanout import shutdown_ray
     from art_core.serving import PROCESS_POOL
-    from flows.config import RunConfig
-    from flows.train import train
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.train import train
 
     cfg = RunConfig(
         project="bench",

@@ -29,11 +29,11 @@ from art_core.envs import SHIPPED
 from art_core.inference.server import ServerOptions
 from art_core.rewards.config import JudgeConfig, default_judge_model
 from art_core.serving import on_this_machine
-from art_core.sft import SFTSpec
 from art_core.settings import get_settings
+from art_core.sft import SFTSpec
 from art_core.storage import validate_name
 from art_core.training.config import TrainConfig
-from flows.form import shape_form
+from art_pipeline.flows.form import shape_form
 
 
 class PreflightError(ValueError):

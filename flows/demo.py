@@ -47,7 +47,7 @@ def demo_config(
     >>> demo_config("./.models/tiny", "./.art").environment.name
     'art_core.testing.color_quiz'
     """
-    from flows.config import RunConfig
+    from art_pipeline.flows.config import RunConfig
 
     return RunConfig(
         project=project,
@@ -90,7 +90,7 @@ def real_demo_config(
     >>> real_demo_config("./.models/tiny", "./.art").environment.name     # doctest: +SKIP
     'word-quiz'
     """
-    from flows.config import RunConfig
+    from art_pipeline.flows.config import RunConfig
 
     tool_task = task == "price-lookup"  # its call is held to a grammar: the trainer recomputes old logprobs
     return RunConfig(
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"building the tiny model in {args.model_dir} ...")
             build_tiny_model(args.model_dir)
         config = demo_config(args.model_dir, args.storage, args.steps, args.seed, args.project, args.model)
-    from flows.preflight import preflight
+    from art_pipeline.flows.preflight import preflight
 
     config = preflight(config)  # the model's folder made absolute, the environment loaded: before any server
     phases = {"model ready": time.perf_counter() - t0}
@@ -177,9 +177,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("starting a vLLM server for the model (20 s or more on CPU) ...")
 
     from art_core.inference.server import ServerConfig, VLLMServer
-    from flows.config import EvaluateConfig
-    from flows.evaluate import evaluate_flow
-    from flows.train import train
+    from art_pipeline.flows.config import EvaluateConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
+    from art_pipeline.flows.train import train
 
     # One server for both flows (train, then evaluate), started here and stopped here: a flow given an
     # inference_url neither starts nor stops one, so the evaluation does not pay a second start-up.
@@ -246,7 +246,7 @@ def print_summary(
 ) -> None:
     """Print what the demo did: the train reward per step, base vs trained on the held-out questions, the artifacts
     to open in the Prefect UI, and how to run it again (`rerun`)."""
-    from flows.reporting import artifact_key
+    from art_pipeline.flows.reporting import artifact_key
 
     key = artifact_key(config.project, config.model)
     print(f"\n== {config.project}/{config.model}: {config.steps} steps in {seconds:.0f} s ==")

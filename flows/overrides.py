@@ -7,7 +7,7 @@ merges field by field instead:
 
     python -m flows.overrides train/train steps=5 train.learning_rate=0.01 environment.options.seed=2
 
-    from flows.overrides import run_with_overrides
+    from art_pipeline.flows.overrides import run_with_overrides
     run_with_overrides("train/train", {"steps": 5, "train": {"learning_rate": 0.01}})
 
 and `warn_if_config_replaced()`, called first in a flow, logs a warning naming the fields a run's

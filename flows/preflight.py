@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from art_core.chat_template import ToolTemplateError, check_template_shows_tools
-from flows.config import (
+from art_pipeline.flows.config import (
     DEFAULT_MAX_TOKENS,
     PreflightError,
     RunConfig,

@@ -16,14 +16,14 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
 from art_core.deploy import decide, promote, read_promoted
-from flows.config import RetrainConfig
-from flows.deploy import deploy_to_target
-from flows.overrides import warn_if_config_replaced
-from flows.preflight import preflight
-from flows.reporting import artifact_key
-from flows.lifetime import guard_temporary_server
-from flows.train import checkpoint_fingerprint_of, refs, train
-from tasks import evaluate, export_adapter, result_storage_for, with_result_storage
+from art_pipeline.flows.config import RetrainConfig
+from art_pipeline.flows.deploy import deploy_to_target
+from art_pipeline.flows.lifetime import guard_temporary_server
+from art_pipeline.flows.overrides import warn_if_config_replaced
+from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.reporting import artifact_key
+from art_pipeline.flows.train import checkpoint_fingerprint_of, refs, train
+from art_pipeline.tasks import evaluate, export_adapter, result_storage_for, with_result_storage
 
 
 class RetrainSummary(BaseModel):

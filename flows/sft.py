@@ -1,6 +1,6 @@
 """The sft flow: supervised fine-tuning from a chat-format JSONL file, one cached task per epoch.
 
-    python -c "from flows.sft import sft, SFTRunConfig; sft(SFTRunConfig(data='train.jsonl', ...))"
+    python -c "from art_pipeline.flows.sft import sft, SFTRunConfig; sft(SFTRunConfig(data='train.jsonl', ...))"
 
 Each epoch trains the model's LoRA adapter from its latest checkpoint and writes the next one, so the
 train flow (GRPO) with the same storage, project, model and LoRA settings continues from the last SFT
@@ -17,15 +17,15 @@ from typing import Callable
 from prefect import flow
 from pydantic import BaseModel, Field, field_validator
 
+from art_core.settings import get_settings
 from art_core.sft import SFTSpec, sft_plan
 from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
-from art_core.settings import get_settings
-from flows.config import NAME_FORM, RunConfig, _Strict, storage_root
-from flows.lifetime import guard_temporary_server, training_lease
-from flows.preflight import preflight
-from tasks.results import result_storage_for, with_result_storage
-from tasks.sft import build_demonstrations, sft_step
+from art_pipeline.flows.config import NAME_FORM, RunConfig, _Strict, storage_root
+from art_pipeline.flows.lifetime import guard_temporary_server, training_lease
+from art_pipeline.flows.preflight import preflight
+from art_pipeline.tasks.results import result_storage_for, with_result_storage
+from art_pipeline.tasks.sft import build_demonstrations, sft_step
 
 
 class SFTRunConfig(_Strict):

@@ -3,7 +3,7 @@
 With `config.sft` the run first fine-tunes on demonstrations (flows.sft.sft_stage: the environment's expert,
 built by a cached task, or a file), one checkpoint per epoch, and GRPO's steps continue after them.
 
-    python -c "from flows.train import train; from flows.config import RunConfig; train(RunConfig(...))"
+    python -c "from art_pipeline.flows.train import train; from art_pipeline.flows.config import RunConfig; train(RunConfig(...))"
 
 or from the Prefect UI through the `train` deployment (deployments/prefect.yaml). Running it again with
 the same config resumes: rollouts come from the cache in storage, steps whose checkpoint exists are not
@@ -29,15 +29,22 @@ from art_core.run_state import RunState, StepPlan, run_length
 from art_core.serving import server_lora_rank
 from art_core.step import GatherOutcome
 from art_core.store import ModelRef
-from flows.config import RunConfig
-from flows.lifetime import guard_temporary_server, training_lease
-from flows.overrides import warn_if_config_replaced
-from flows.preflight import preflight
-from flows.queue import device_slot
-from flows.reporting import publish_run_report
-from flows.sft import SFTSummary, sft_stage
-from tasks import evaluate, gather_trajectories, result_storage_for, score_groups, train_step, with_result_storage
-from tasks.specs import ScoreResult
+from art_pipeline.flows.config import RunConfig
+from art_pipeline.flows.lifetime import guard_temporary_server, training_lease
+from art_pipeline.flows.overrides import warn_if_config_replaced
+from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.queue import device_slot
+from art_pipeline.flows.reporting import publish_run_report
+from art_pipeline.flows.sft import SFTSummary, sft_stage
+from art_pipeline.tasks import (
+    evaluate,
+    gather_trajectories,
+    result_storage_for,
+    score_groups,
+    train_step,
+    with_result_storage,
+)
+from art_pipeline.tasks.specs import ScoreResult
 
 
 class TrainSummary(BaseModel):
@@ -120,7 +127,7 @@ def train(config: RunConfig) -> TrainSummary:
     with training_lease(ref.store()) as lease:
         bind_model(ref, config)
         if config.scale.train_deployment:
-            from tasks.remote import check_train_deployment
+            from art_pipeline.tasks.remote import check_train_deployment
 
             check_train_deployment(config.scale.train_deployment, config.storage_url)
         with device_slot(config.scale.device_slot, get_run_logger()) as waited:
@@ -230,7 +237,7 @@ class _StepTasks:
         The task's own state says Cached when the checkpoint existed; its result is the TrainStepResult."""
         config, k = self.config, self.run.off_policy
         if config.scale.train_deployment:
-            from tasks.remote import train_step_remotely
+            from art_pipeline.tasks.remote import train_step_remotely
 
             remote = config.scale.train_deployment, self.ref, scored_uri, step, config.train
             if k:

@@ -21,9 +21,9 @@ from prefect.states import Completed
 
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from flows.lifetime import guard_temporary_server
-from tasks.specs import TrainStepResult
-from tasks.train import train_step
+from art_pipeline.flows.lifetime import guard_temporary_server
+from art_pipeline.tasks.specs import TrainStepResult
+from art_pipeline.tasks.train import train_step
 
 
 @flow(name="train-step", log_prints=True)

@@ -18,13 +18,13 @@ others (deploy_step, sft, mcp, remote) are imported from their modules.
 """
 
 from art_core.coroutines import run_sync
-from tasks.deploy import export_adapter, serve_adapter
-from tasks.evaluate import evaluate, evaluate_never_acts, evaluate_prompted
-from tasks.gather import gather_trajectories
-from tasks.results import cached_on, result_storage_for, with_result_storage
-from tasks.score import JudgeError, score_groups
-from tasks.specs import JudgeConfig, ModelRef, RolloutSpec, ScoreResult, TrainStepResult
-from tasks.train import train_step
+from art_pipeline.tasks.deploy import export_adapter, serve_adapter
+from art_pipeline.tasks.evaluate import evaluate, evaluate_never_acts, evaluate_prompted
+from art_pipeline.tasks.gather import gather_trajectories
+from art_pipeline.tasks.results import cached_on, result_storage_for, with_result_storage
+from art_pipeline.tasks.score import JudgeError, score_groups
+from art_pipeline.tasks.specs import JudgeConfig, ModelRef, RolloutSpec, ScoreResult, TrainStepResult
+from art_pipeline.tasks.train import train_step
 
 __all__ = [
     "JudgeConfig",

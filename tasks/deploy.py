@@ -14,7 +14,7 @@ from art_core.coroutines import run_sync
 from art_core.deploy import Deployment, deploy_model
 from art_core.deploy import export_adapter as export_adapter_to_storage
 from art_core.deploy import serve_adapter as start_adapter_server
-from tasks.specs import ModelRef
+from art_pipeline.tasks.specs import ModelRef
 
 
 @task(name="export_adapter", task_run_name="export step {step}", cache_policy=NO_CACHE, persist_result=False)

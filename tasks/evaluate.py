@@ -19,7 +19,7 @@ from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step, neve
 from art_core.rollouts import RolloutSpec
 from art_core.serving import Endpoint, endpoint_for
 from art_core.store import ModelRef
-from tasks.results import cached_on
+from art_pipeline.tasks.results import cached_on
 
 
 @task(

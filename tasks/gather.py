@@ -23,7 +23,7 @@ from art_core.rollouts import RolloutSpec
 from art_core.serving import endpoint_for
 from art_core.step import GatherOutcome, gather_step
 from art_core.store import ModelRef
-from tasks.results import cached_on, step_run_name
+from art_pipeline.tasks.results import cached_on, step_run_name
 
 
 @task(

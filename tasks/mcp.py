@@ -17,7 +17,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
-from tasks.results import cached_on
+from art_pipeline.tasks.results import cached_on
 
 
 class McpScenarios(BaseModel):

@@ -27,7 +27,7 @@ from art_core.step import already_trained
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
 from art_core.training.result import TrainResult
-from tasks.results import step_run_name, train_step_state
+from art_pipeline.tasks.results import step_run_name, train_step_state
 
 TRAIN_STEP_FLOW = "train-step"  # flows/train_step.py's flow name
 GPU_POOL = "art-gpu"  # the pool deployments/prefect.yaml puts `train-step/gpu` on

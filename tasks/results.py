@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
 from prefect.states import Completed, State
 
-from tasks.specs import TrainStepResult
+from art_pipeline.tasks.specs import TrainStepResult
 
 if TYPE_CHECKING:
     from art_core.store import ModelStore

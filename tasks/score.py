@@ -20,8 +20,8 @@ from art_core.rewards.config import JudgeConfig, ResolvedJudge, resolve_judge
 from art_core.rewards.judge import JudgeError
 from art_core.rollouts import reward_summary
 from art_core.store import ModelRef
-from tasks.results import cached_on, step_run_name
-from tasks.specs import ScoreResult
+from art_pipeline.tasks.results import cached_on, step_run_name
+from art_pipeline.tasks.specs import ScoreResult
 
 
 @task(name="score_groups", task_run_name=step_run_name("score"), cache_policy=cached_on(), persist_result=True)

@@ -20,7 +20,7 @@ from art_core.serving import servers_sharing
 from art_core.sft import SFTSpec, sft_epoch, store_expert_demonstrations
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from tasks.results import cached_on, step_run_name, train_step_state
+from art_pipeline.tasks.results import cached_on, step_run_name, train_step_state
 
 
 @task(

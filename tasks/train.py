@@ -19,7 +19,7 @@ from art_core.serving import servers_sharing
 from art_core.step import already_trained, train_and_record
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
-from tasks.results import step_run_name, train_step_state
+from art_pipeline.tasks.results import step_run_name, train_step_state
 
 
 @task(name="train_step", task_run_name=step_run_name("train"), cache_policy=NO_CACHE, persist_result=False)

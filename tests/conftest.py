@@ -52,12 +52,11 @@ def prefect_api():
     One per test process, defined here for every folder: a second harness started by another folder's copy of
     this fixture would take over Prefect's settings in-process, and flows would then report to a server other
     than the one the tests read (it failed test_deployments and test_sft_flow that way)."""
+    from prefect.server.api.server import SubprocessASGIServer
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    from prefect.server.api.server import SubprocessASGIServer
-
-    from flows.lifetime import batched_task_run_recorder
+    from art_pipeline.flows.lifetime import batched_task_run_recorder
 
     batched_task_run_recorder()  # the server records task runs as the servers our flows start do
     # Prefect picks a free port in 8000-8999 by binding and releasing it; two xdist workers starting at the

@@ -119,8 +119,8 @@ def test_a_gguf_file_converts_once_into_a_folder_that_answers_like_the_original(
 
 
 def test_bad_base_model_files_are_refused_with_what_to_fix(tmp_path):
-    from flows.config import RunConfig
-    from flows.preflight import preflight
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.preflight import preflight
 
     not_gguf = tmp_path / "weights.bin"
     not_gguf.write_bytes(b"\x00" * 64)

@@ -125,8 +125,8 @@ def _check_multi_turn_tokenization(model_dir: str) -> None:
 
 
 def test_a_tool_task_on_a_template_that_drops_tools_is_refused_before_anything_starts(toolless_model):
-    from flows.config import RunConfig
-    from flows.preflight import preflight
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.preflight import preflight
 
     with pytest.raises(ValueError, match=r"ignores `tools`.*python -m art_core.chat_template"):
         preflight(

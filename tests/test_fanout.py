@@ -9,12 +9,12 @@ import os
 
 import pytest
 
-from art_core.store import ModelStore
+from art_core.adapters import ZERO_ADAPTER_SOURCE, adapter_source, fetch_adapter
 from art_core.envs.base import Environment, Scenario
 from art_core.rollouts import Balancer, balanced_rollout
-from art_core.adapters import ZERO_ADAPTER_SOURCE, adapter_source, fetch_adapter
 from art_core.serving import Endpoint
 from art_core.storage import Storage
+from art_core.store import ModelStore
 from art_core.trajectories import Trajectory
 
 

@@ -95,7 +95,7 @@ def test_the_setting_comes_from_the_environment(monkeypatch):
 
 
 async def test_the_prefect_task_shows_the_report_in_its_log():
-    from tasks.gather import gather_warnings_to
+    from art_pipeline.tasks.gather import gather_warnings_to
 
     class Kept(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:

@@ -17,8 +17,8 @@ import importlib.util
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = ("art_core", "tasks", "flows", "deployments")
-FOLDERS = ("art_core", "tasks", "flows", "deployments", "bench", "scripts", "tests")
+OURS = ("art_core", "art_pipeline", "deployments")
+FOLDERS = ("art_core", "art_pipeline", "tasks", "flows", "deployments", "bench", "scripts", "tests")
 
 
 def _our_from_imports():

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from art_core.store import ModelStore
 from art_core import Model, TrainableModel, Trajectory, TrajectoryGroup, wandb_metrics
 from art_core.storage import Storage
+from art_core.store import ModelStore
 from tests.test_model import RecordingBackend
 
 

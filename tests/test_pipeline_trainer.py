@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from art_core.store import ModelStore
 import art_core as art
 from art_core.pipeline_trainer import PipelineTrainer, make_group_rollout_fn
+from art_core.store import ModelStore
 
 pytestmark = pytest.mark.vllm
 

@@ -18,7 +18,7 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FOLDERS = ("art_core", "tasks", "flows", "deployments", "bench", "scripts", "tests")
+FOLDERS = ("art_core", "art_pipeline", "tasks", "flows", "deployments", "bench", "scripts", "tests")
 TRAINING = "art_core.training"
 TRAINER = {f"{TRAINING}.{name}" for name in ("session", "trainer", "sft")}
 

@@ -51,10 +51,11 @@ def test_each_history_is_a_sequence_of_its_own_with_only_its_sampled_tokens_trai
 
 
 def test_the_trainer_trains_every_history_with_its_trajectorys_advantage(tiny_model_path):
+    from transformers import AutoTokenizer
+
     from art_core import TrajectoryGroup
     from art_core.training.config import TrainConfig
     from art_core.training.trainer import prepare_sequences
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
 

@@ -40,9 +40,9 @@ def _artifact(key: str) -> str:
 def test_deploy_flow_from_the_deployments_parameters(prefect_api, moto_s3, tiny_model_path, together_api, monkeypatch):
     from prefect.blocks.system import Secret
 
-    from flows.config import DeployConfig
-    from flows.deploy import deploy_flow
-    from flows.reporting import artifact_key
+    from art_pipeline.flows.config import DeployConfig
+    from art_pipeline.flows.deploy import deploy_flow
+    from art_pipeline.flows.reporting import artifact_key
 
     storage = Storage(moto_s3)
     write_checkpoint(storage, "flowproj", "agent-001", 1, tiny_model_path)

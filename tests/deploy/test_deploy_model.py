@@ -12,11 +12,9 @@ import time
 
 import pytest
 
-from art_core.store import ModelStore
-from art_core.deploy import DeployError, UnsupportedBaseModelError, deploy_model
-from art_core.deploy import together, wandb_lora
+from art_core.deploy import DeployError, UnsupportedBaseModelError, deploy_model, together, wandb_lora
 from art_core.storage import Storage
-from art_core.store import ModelRef
+from art_core.store import ModelRef, ModelStore
 from tests.deploy.conftest import write_checkpoint
 
 

@@ -15,11 +15,11 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
-from art_core.envs.retail import RETAIL
 from art_core.envs.customer_service.domain import Action, Task
 from art_core.envs.customer_service.env import CustomerServiceEnv
-from art_core.envs.tool_use.forced_calls import tool_call_regex
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, action_verb
+from art_core.envs.retail import RETAIL
+from art_core.envs.tool_use.forced_calls import tool_call_regex
 from art_core.trajectories import Trajectory
 
 

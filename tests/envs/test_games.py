@@ -15,8 +15,8 @@ from typing import Any, Callable
 import pytest
 from openai import AsyncOpenAI
 
-from art_core.envs import load_environment
 from art_core.envs import game_2048 as g
+from art_core.envs import load_environment
 from art_core.envs import tictactoe as t
 from art_core.envs.base import Scenario
 from art_core.trajectories import Trajectory

@@ -14,11 +14,11 @@ import json
 import pytest
 
 from art_core.envs import load_environment
+from art_core.envs.customer_service.domain import Action, Task, call_tool, hash_db, reward
+from art_core.envs.customer_service.env import CustomerServiceEnv
 from art_core.envs.retail import RETAIL
 from art_core.envs.retail.db import STATUSES, make_db
 from art_core.envs.retail.scenarios import make_tasks
-from art_core.envs.customer_service.domain import Action, Task, call_tool, hash_db, reward
-from art_core.envs.customer_service.env import CustomerServiceEnv
 
 SPLITS = ("train", "val", "test")
 

@@ -31,8 +31,7 @@ from art_core.envs.retail.db import make_db as make_retail_db
 from art_core.envs.tau2 import airline as tau2_airline
 from art_core.envs.tau2 import retail as tau2_retail
 from art_core.envs.tau2.data import Tau2DataMissing, load_tau2_data
-from art_core.envs.tool_use.tools import fresh_copy
-from art_core.envs.tool_use.tools import ToolError, to_text
+from art_core.envs.tool_use.tools import ToolError, fresh_copy, to_text
 
 Db = dict[str, Any]
 Call = tuple[str, dict[str, Any]]

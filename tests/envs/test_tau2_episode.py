@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
-import pytest
 
 from art_core.envs import load_environment
 from art_core.envs.tau2.user import GREETING, STOP, TRANSFER, system_prompt

@@ -11,11 +11,10 @@ import time
 import pytest
 
 from art_core.envs import load_environment
-from art_core.envs.tool_use.tools import fresh_copy
 from art_core.envs.tau2.reward import assertion_reply_model, communicate, score
+from art_core.envs.tool_use.tools import fresh_copy
 from art_core.rewards.config import JudgeConfig
 from art_core.rewards.judge import JudgeError
-
 from tests.rewards.fake_judge import FakeJudge  # tests/rewards' loopback judge, reused
 
 # Gold actions that fail on purpose or by tau2's own rules; tau2 skips a failing gold action, so do we.

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import os
+import re
 import signal
 
 import openai
 import pytest
 
-from art_core import TrainableModel, TrajectoryGroup, Trajectory
+from art_core import TrainableModel, Trajectory, TrajectoryGroup
 from art_core.inference.server import ServerError
 from art_core.local_backend import LocalBackend
 
@@ -206,8 +206,8 @@ async def test_adapter_for_step_1_answers_as_name_at_1_and_name(served, tiny_mod
 
 async def test_both_doors_refuse_an_adapter_too_wide_for_the_server_alike(served, vllm_server, tmp_path):
     """LocalBackend and the pipeline load adapters through one loader: one error, one hint, served names kept."""
-    from art_core.inference.lora import AdapterError, write_zero_adapter
     from art_core.adapters import load_checkpoint
+    from art_core.inference.lora import AdapterError, write_zero_adapter
     from art_core.serving import Endpoint
 
     backend, model = served

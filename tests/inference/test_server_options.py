@@ -52,7 +52,7 @@ def test_art_engine_args_set_the_same_fields():
 
 
 def test_the_prefect_form_has_the_server_settings_and_refuses_a_wrong_one(tiny_model_path):
-    from flows.config import RunConfig
+    from art_pipeline.flows.config import RunConfig
 
     cfg = RunConfig(
         project="p",

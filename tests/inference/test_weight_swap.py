@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from art_core.adapters import zero_adapter
 from art_core.inference import http_client
 from art_core.inference.lora import load_adapter, unload_adapter
 from art_core.inference.server import ServerConfig, VLLMServer
-from art_core.adapters import zero_adapter
 from art_core.storage import Storage
 from tests.deploy.conftest import write_checkpoint
 

@@ -8,8 +8,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from flows.config import RunConfig
-from flows.preflight import PreflightError, preflight
+from art_pipeline.flows.config import RunConfig
+from art_pipeline.flows.preflight import PreflightError, preflight
 
 
 def _base(tiny_model_path, tmp_path, **update):
@@ -90,7 +90,7 @@ def test_defaults_and_paths_resolved(tiny_model_path, tmp_path, monkeypatch):
 
 def test_flow_refuses_bad_config_before_any_work(prefect_api, tiny_model_path, tmp_path):
     """Called as Prefect calls it (parameters as JSON), the flow fails on validation and writes nothing."""
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     storage = tmp_path / "art"
     with pytest.raises(Exception) as e:
@@ -111,8 +111,8 @@ def test_eval_every_larger_than_steps_means_evaluate_after_the_last_step(tiny_mo
 def test_one_judge_config_for_the_run_the_task_and_ruler():
     from art_core.rewards import JudgeConfig as LibraryJudge
     from art_core.rewards.ruler import RulerConfig
-    from flows.config import JudgeConfig as RunJudge
-    from tasks import JudgeConfig as TaskJudge
+    from art_pipeline.flows.config import JudgeConfig as RunJudge
+    from art_pipeline.tasks import JudgeConfig as TaskJudge
 
     assert LibraryJudge is RunJudge is TaskJudge is RulerConfig
     judge = LibraryJudge(judge_model="openai/o4-mini", extra_litellm_params={"temperature": 0.2})  # ART's names

@@ -27,7 +27,7 @@ import time
 import psutil
 import pytest
 
-from flows.config import RunConfig
+from art_pipeline.flows.config import RunConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -37,8 +37,8 @@ KILLED_RUN = '''
 import json, os, signal, sys
 import psutil
 from art_core.store import ModelStore
-from flows.config import RunConfig
-from flows.train import train
+from art_pipeline.flows.config import RunConfig
+from art_pipeline.flows.train import train
 
 phase, config_json, pids_path = sys.argv[1:4]
 
@@ -205,7 +205,7 @@ def test_sigkill_in_each_phase_leaves_no_process_and_the_rerun_resumes(
     checkpoint_before = _checkpoint_files(store, 2) if marked else {}
 
     # The re-run, on the session's server and Prefect API.
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     summary = train(cfg.model_copy(update={"inference_url": vllm_endpoint.base_url}))

@@ -23,7 +23,7 @@ MARGIN = 0.15
 @pytest.fixture(scope="module")
 def demo_runs(prefect_api, tiny_model_path, tmp_path_factory) -> dict[int, dict]:
     """The tiny demo as `make demo-tiny` runs it, once per seed, each in its own storage."""
-    from flows.demo import main
+    from art_pipeline.flows.demo import main
 
     runs = {}
     for seed in SEEDS:
@@ -46,7 +46,7 @@ def _artifact(key: str):
 
 
 def test_last_step_beats_the_base_model_on_held_out_questions(demo_runs, capsys):
-    from flows.demo import EVAL_QUESTIONS, EVAL_TRIES, STEPS
+    from art_pipeline.flows.demo import EVAL_QUESTIONS, EVAL_TRIES, STEPS
 
     gaps = {}
     for seed, run in demo_runs.items():
@@ -65,8 +65,8 @@ def test_last_step_beats_the_base_model_on_held_out_questions(demo_runs, capsys)
 
 
 def test_demo_prints_both_evaluations_and_leaves_its_artifacts(demo_runs, tiny_model_path, capsys):
-    from flows.demo import demo_config, print_summary
-    from flows.reporting import artifact_key
+    from art_pipeline.flows.demo import demo_config, print_summary
+    from art_pipeline.flows.reporting import artifact_key
 
     run = demo_runs[SEEDS[0]]
     config = demo_config(tiny_model_path, run["storage"])
@@ -86,11 +86,11 @@ def test_demo_prints_both_evaluations_and_leaves_its_artifacts(demo_runs, tiny_m
 
 
 def test_deploy_and_retrain_leave_their_decision_as_artifacts(demo_runs, tiny_model_path):
-    from flows.config import DeployConfig, RetrainConfig
-    from flows.demo import demo_config
-    from flows.deploy import deploy_flow
-    from flows.reporting import artifact_key
-    from flows.retrain import retrain
+    from art_pipeline.flows.config import DeployConfig, RetrainConfig
+    from art_pipeline.flows.demo import demo_config
+    from art_pipeline.flows.deploy import deploy_flow
+    from art_pipeline.flows.reporting import artifact_key
+    from art_pipeline.flows.retrain import retrain
 
     config = demo_config(tiny_model_path, demo_runs[SEEDS[0]]["storage"])
     deployed = deploy_flow(DeployConfig(run=config))
@@ -112,7 +112,7 @@ def test_deploy_and_retrain_leave_their_decision_as_artifacts(demo_runs, tiny_mo
 def test_a_finished_demo_reruns_from_the_cache_and_says_so(demo_runs, tiny_model_path, capsys):
     """The closing lines name the command that re-runs this demo; that command then reads everything from the
     cache and says nothing of a vLLM server, since none starts."""
-    from flows.demo import main
+    from art_pipeline.flows.demo import main
 
     first = demo_runs[SEEDS[0]]
     argv = ["--seed", str(SEEDS[0]), "--storage", first["storage"], "--model-dir", tiny_model_path]

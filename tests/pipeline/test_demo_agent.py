@@ -15,7 +15,7 @@ pytestmark = pytest.mark.vllm
 def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch, capsys
 ):
-    from flows.demo_agent import main
+    from art_pipeline.flows.demo_agent import main
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     monkeypatch.setenv("ART_TINY_MODEL", tiny_model_path)

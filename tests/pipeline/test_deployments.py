@@ -44,7 +44,7 @@ def test_every_deployment_builds_and_its_defaults_validate_after_make_demo(monke
     built says how."""
     from prefect.utilities.schema_tools.validation import build_error_obj, preprocess_schema, validate
 
-    from flows.preflight import preflight
+    from art_pipeline.flows.preflight import preflight
 
     monkeypatch.chdir(REPO)  # where workers run the flows (prefect deploy's set_working_directory)
     built = _built_deployments()
@@ -195,8 +195,8 @@ def test_the_default_base_model_says_how_to_get_it_where_it_is_missing(monkeypat
     base_model is refused with the command that installs it (and nothing is installed behind the user's back)."""
     import importlib.util
 
-    from flows.config import RunConfig
-    from flows.preflight import preflight
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.preflight import preflight
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(

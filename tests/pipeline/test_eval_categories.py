@@ -31,9 +31,9 @@ def test_both_doors_lead_with_write_pass_1_next_to_never_acts(
     from art_core.evaluate import evaluate_model
     from art_core.serving import Endpoint
     from art_core.storage import Storage
-    from flows.config import EnvironmentConfig, EvalConfig, EvaluateConfig, RunConfig, SamplingConfig
-    from flows.evaluate import evaluate_flow
-    from flows.reporting import artifact_key
+    from art_pipeline.flows.config import EnvironmentConfig, EvalConfig, EvaluateConfig, RunConfig, SamplingConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
+    from art_pipeline.flows.reporting import artifact_key
 
     ep = vllm_endpoint
     options = {"max_turns": 2}  # the first 3 val scenarios: a refusal, then two writes

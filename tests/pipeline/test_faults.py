@@ -81,7 +81,7 @@ def test_a_server_sigkilled_mid_gather_is_named_and_the_rerun_resumes_with_real_
 ):
     from art_core.inference.server import ServerDied
     from art_core.serving import PROCESS_POOL
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     cfg = faulty_config(tiny_model_path, str(tmp_path / "art"), None, "quiz_killing_its_server")  # its own server
     KILLS.clear()
@@ -117,7 +117,7 @@ def test_a_server_sigkilled_mid_gather_is_named_and_the_rerun_resumes_with_real_
 def test_a_surrogate_in_a_tool_result_and_a_nan_reward_leave_the_run_going(
     prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch, caplog
 ):
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     root = str(tmp_path / "art")
@@ -155,10 +155,10 @@ def test_a_damaged_rollout_file_fails_the_train_and_score_tasks_naming_its_line(
 
     from art_core.rewards.config import JudgeConfig
     from art_core.store import ModelRef
-    from art_core.trajectories import DamagedRollouts, Trajectory, TrajectoryGroup
     from art_core.training.config import TrainConfig
-    from tasks.score import score_groups
-    from tasks.train import train_step
+    from art_core.trajectories import DamagedRollouts, Trajectory, TrajectoryGroup
+    from art_pipeline.tasks.score import score_groups
+    from art_pipeline.tasks.train import train_step
 
     ref = ModelRef(storage_url=str(tmp_path / "art"), project="pipe", model="damaged", base_model="/models/tiny")
     store = ref.store()

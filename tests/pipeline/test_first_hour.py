@@ -42,7 +42,7 @@ def _by_position(props: dict[str, Any]) -> list[str]:
 
 def test_the_train_form_leads_with_what_a_newcomer_changes():
     from art_core.envs import SHIPPED
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     defs = _schema(train)["definitions"]
     run = defs["RunConfig"]["properties"]
@@ -69,11 +69,11 @@ def _properties(schema: dict[str, Any]):
 def test_optional_fields_do_not_read_as_errors():
     """Prefect draws `X | None` as a choice between X and a 'Property is type "None"' note: a scalar that
     defaults to None is a plain input left empty instead, its placeholder saying what empty means."""
-    from flows.deploy import deploy_flow
-    from flows.mcp import train_mcp
-    from flows.retrain import retrain
-    from flows.sft import sft
-    from flows.train import train
+    from art_pipeline.flows.deploy import deploy_flow
+    from art_pipeline.flows.mcp import train_mcp
+    from art_pipeline.flows.retrain import retrain
+    from art_pipeline.flows.sft import sft
+    from art_pipeline.flows.train import train
 
     for flow in (train, sft, train_mcp, deploy_flow, retrain):
         for name, prop in _properties(_schema(flow)):
@@ -107,8 +107,8 @@ def test_the_form_refuses_a_bad_value_at_its_field(prefect_api, change, field):
     (the form shows it there), not only as the server's refusal to create the run (a toast)."""
     import httpx
 
-    from flows.overrides import deep_merge
-    from flows.train import train
+    from art_pipeline.flows.overrides import deep_merge
+    from art_pipeline.flows.train import train
     from tests.pipeline.test_ui_frictions import _prefect_yaml
 
     schema = _as_the_ui_sends(_schema(train))
@@ -162,7 +162,7 @@ def _near(rgb, target, tolerance: int = 40) -> bool:
 def test_demo_names_the_command_that_reruns_it_from_the_cache(tmp_path, capsys):
     from types import SimpleNamespace
 
-    from flows.demo import print_summary, real_demo_config, rerun_command
+    from art_pipeline.flows.demo import print_summary, real_demo_config, rerun_command
 
     assert rerun_command(["--real"]) == "make demo" and rerun_command([]) == "make demo-tiny"
     assert rerun_command(["--real", "--seed", "1", "--fresh"]) == "python -m flows.demo --real --seed 1"

@@ -15,8 +15,8 @@ def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(
 ):
     import art_core.training.trainer as trainer
     from art_core.serving import PROCESS_POOL
-    from flows.config import RunConfig
-    from flows.train import train
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.train import train
 
     seen: list[bool] = []
     real = trainer.train_grpo_step

@@ -30,7 +30,7 @@ def test_train_mcp_generates_scenarios_once_and_trains_three_steps_on_the_server
     prefect_api, tmp_path, tiny_model_path, vllm_endpoint, monkeypatch
 ):
     from art_core.storage import Storage
-    from flows.mcp import McpRunConfig, train_mcp
+    from art_pipeline.flows.mcp import McpRunConfig, train_mcp
 
     ep, generator, judge = vllm_endpoint, FakeGenerator(), FakeJudge().start()
     monkeypatch.setenv("ART_INFERENCE_API_KEY", ep.api_key or "")
@@ -100,7 +100,7 @@ def test_train_mcp_generates_scenarios_once_and_trains_three_steps_on_the_server
 
 
 def test_an_mcp_run_without_a_judge_is_refused_before_any_work(tmp_path, tiny_model_path, monkeypatch):
-    from flows.config import RunConfig
+    from art_pipeline.flows.config import RunConfig
 
     monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
     options = {
@@ -126,7 +126,7 @@ def test_an_mcp_run_without_a_judge_is_refused_before_any_work(tmp_path, tiny_mo
     )
     assert cfg.judge is not None and cfg.judge.model is None  # RULER with ART_JUDGE_MODEL, resolved when scoring
     assert cfg.environment.options["store"] == cfg.storage_url  # generated sets are kept with the run
-    from flows.mcp import McpRunConfig
+    from art_pipeline.flows.mcp import McpRunConfig
 
     fields = McpRunConfig(
         project="mcp",

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from flows.config import RunConfig
+from art_pipeline.flows.config import RunConfig
 
 pytestmark = pytest.mark.vllm
 
@@ -59,7 +59,7 @@ def test_lora_rank_16_trains_three_steps_sampling_each_new_adapter_and_sleeping_
     import art_core.training.trainer as trainer
     from art_core.inference.server import VLLMServer
     from art_core.serving import PROCESS_POOL
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     events: list[str] = []
     real_sleep, real_wake, real_train = VLLMServer.sleep, VLLMServer.wake_up, trainer.train_grpo_step
@@ -96,7 +96,7 @@ def test_another_base_model_is_refused_before_any_work_through_both_doors(
     from art_core.serving import PROCESS_POOL
     from art_core.store import BaseModelMismatch, ModelStore
     from art_core.testing.tiny_model import build_tiny_model
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     other = build_tiny_model(str(tmp_path / "other-base"))
     root = str(tmp_path / "art")
@@ -128,7 +128,7 @@ def test_library_and_pipeline_serve_the_same_names_and_resume_each_others_checkp
     from art_core.rollouts import rollout_groups, scenarios_for_step
     from art_core.serving import Endpoint
     from art_core.training.config import TrainConfig
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_server.api_key or "")
     root = str(tmp_path / "art")
@@ -168,7 +168,7 @@ def test_truncated_rollouts_and_a_markerless_checkpoint_are_redone_with_warnings
     prefect_api, tmp_path, tiny_model_path, vllm_server, monkeypatch, caplog
 ):
     from art_core.store import ModelStore
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_server.api_key or "")
     root = str(tmp_path / "art")

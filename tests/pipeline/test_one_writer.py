@@ -46,8 +46,8 @@ def test_a_second_run_of_a_model_is_refused_before_any_work(prefect_api, tmp_pat
     from art_core.lease import LeaseHeld
     from art_core.serving import PROCESS_POOL
     from art_core.store import ModelStore
-    from flows.sft import SFTRunConfig, sft
-    from flows.train import train
+    from art_pipeline.flows.sft import SFTRunConfig, sft
+    from art_pipeline.flows.train import train
 
     root = str(tmp_path / "art")
     store = ModelStore(root, "engine", "agent")

@@ -20,7 +20,7 @@ FLOW = """
 import json, time
 from prefect import flow
 from prefect.client.orchestration import get_client
-from flows.lifetime import guard_temporary_server
+from art_pipeline.flows.lifetime import guard_temporary_server
 
 @flow
 def trivial() -> None:
@@ -87,7 +87,7 @@ def test_sigkill_mid_flow_ends_the_temporary_prefect_server(tmp_path):
 def test_no_temporary_server_means_nothing_to_guard():
     """A process that never started a temporary server (a worker talking to its server) guards nothing."""
     code = (
-        "import sys; from flows.lifetime import guard_temporary_server\n"
+        "import sys; from art_pipeline.flows.lifetime import guard_temporary_server\n"
         "print(guard_temporary_server(), 'prefect.server.api.server' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -102,7 +102,7 @@ def test_a_flow_run_ends_without_waiting_out_the_heartbeat_threads_sleep():
 
     import prefect.flow_engine as engine
 
-    import flows.lifetime  # noqa: F401  (every flow module imports it, before any run starts)
+    import art_pipeline.flows.lifetime  # noqa: F401  (every flow module imports it, before any run starts)
 
     sent = threading.Event()
 
@@ -130,7 +130,7 @@ def test_a_flow_run_ends_without_waiting_out_the_heartbeat_threads_sleep():
 
 
 def test_a_task_run_recorder_setting_of_the_users_own_wins(monkeypatch):
-    from flows.lifetime import TASK_RUN_RECORDER, batched_task_run_recorder
+    from art_pipeline.flows.lifetime import TASK_RUN_RECORDER, batched_task_run_recorder
 
     batch, flush = TASK_RUN_RECORDER
     monkeypatch.setenv(batch, "7")

@@ -68,7 +68,7 @@ def gpu_worker(prefect_api, s3_server, tmp_path_factory):
 
 def _run_config(s3_root: str, tiny_model_path: str, inference_url: str):
     """One tiny step of tic-tac-toe (moves constrained) whose train step goes to the art-gpu pool."""
-    from flows.config import RunConfig
+    from art_pipeline.flows.config import RunConfig
 
     return RunConfig(
         project="remote",
@@ -90,7 +90,7 @@ def _run_config(s3_root: str, tiny_model_path: str, inference_url: str):
 @flow(name="train-remotely")
 def train_remotely(ref: ModelRef, scored_uri: str, step: int, config: TrainConfig):
     """What the train flow does with `scale.train_deployment` set: check the deployment, then send the step."""
-    from tasks.remote import check_train_deployment, train_step_remotely
+    from art_pipeline.tasks.remote import check_train_deployment, train_step_remotely
 
     assert check_train_deployment(DEPLOYMENT, ref.storage_url) == "art-gpu"  # before any work
     state = train_step_remotely(DEPLOYMENT, ref, scored_uri, step, config, poll_seconds=0.5, return_state=True)
@@ -109,8 +109,8 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(
 ):
     from prefect.client.orchestration import get_client
 
-    from flows.train import train
-    from tasks.remote import RemoteTrainError
+    from art_pipeline.flows.train import train
+    from art_pipeline.tasks.remote import RemoteTrainError
 
     worker, worker_log = gpu_worker
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key)
@@ -181,15 +181,15 @@ def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(
 
 
 def test_local_storage_is_warned_about(gpu_worker, tmp_path, caplog):
-    from tasks.remote import check_train_deployment
+    from art_pipeline.tasks.remote import check_train_deployment
 
-    with caplog.at_level(logging.WARNING, logger="tasks.remote"):
+    with caplog.at_level(logging.WARNING, logger="art_pipeline.tasks.remote"):
         assert check_train_deployment(DEPLOYMENT, str(tmp_path)) == "art-gpu"
     assert "is a local folder" in caplog.text and "s3://" in caplog.text
 
 
 def test_missing_or_wrong_train_deployment_is_refused_with_how_to_create_it(prefect_api, tmp_path):
-    from tasks.remote import TrainDeploymentError, check_train_deployment
+    from art_pipeline.tasks.remote import TrainDeploymentError, check_train_deployment
 
     with pytest.raises(TrainDeploymentError) as refused:
         check_train_deployment("train-step/a100", str(tmp_path))

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from art_core.store import ModelStore
-from flows.config import RunConfig
+from art_pipeline.flows.config import RunConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -83,7 +83,7 @@ def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_mod
     runs seed their sampling alike, so Ray's workers sample the very rollouts one process samples."""
     from art_core.fanout import Replicas, shutdown_ray
     from art_core.storage import Storage
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     seeded = {"max_tokens": 8, "seed": 0}
     one = config(tiny_model_path, f"{s3_root}/one", "agent", inference_url=session_server, sampling=seeded)
@@ -120,7 +120,7 @@ def test_replicas_elsewhere_need_storage_they_can_read(tiny_model_path, tmp_path
 
 def test_one_step_off_policy_overlaps_and_stays_within_one_step(prefect_api, tiny_model_path, tmp_path, session_server):
     from art_core.storage import Storage
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     cfg = config(tiny_model_path, str(tmp_path), "async", inference_url=session_server, max_steps_off_policy=1, steps=4)
     summary = train(cfg)
@@ -142,8 +142,8 @@ def test_two_runs_on_one_device_slot_queue(prefect_api, tiny_model_path, tmp_pat
     """Another job holds the device; two runs ask for it, each logs that it waits, and they take it in turn."""
     import logging
 
-    from flows.queue import device_slot
-    from flows.train import train
+    from art_pipeline.flows.queue import device_slot
+    from art_pipeline.flows.train import train
 
     slot = f"device-{tmp_path.name}"
     summaries, waiting = {}, []

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.vllm
 def test_sft_flow_resumes_and_grpo_continues_its_numbering(
     prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
 ):
-    from flows.sft import SFTRunConfig, sft
+    from art_pipeline.flows.sft import SFTRunConfig, sft
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     data = tmp_path / "moves.jsonl"

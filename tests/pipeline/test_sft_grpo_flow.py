@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from flows.config import RunConfig
-from flows.preflight import PreflightError, preflight
+from art_pipeline.flows.config import RunConfig
+from art_pipeline.flows.preflight import PreflightError, preflight
 from tests.pipeline.test_train_flow import history, run_config, run_flow, task_states
 
 
@@ -33,12 +33,12 @@ def sft_run(model_path: str, storage_url: str, inference_url: str, **update) -> 
 def test_sft_then_grpo_resumes_after_a_failure_in_sft(
     prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
 ):
-    import tasks.sft
-    from flows.train import train
+    from art_pipeline.flows.train import train
+    from art_pipeline.tasks import sft as sft_tasks
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     cfg = sft_run(tiny_model_path, str(tmp_path / "runs"), vllm_endpoint.base_url)
-    real_epoch, trained = tasks.sft.sft_epoch, []
+    real_epoch, trained = sft_tasks.sft_epoch, []
 
     def epoch_counted(store, base_model, data, spec, epoch, step, *args, **kwargs):
         result = real_epoch(store, base_model, data, spec, epoch, step, *args, **kwargs)
@@ -51,11 +51,11 @@ def test_sft_then_grpo_resumes_after_a_failure_in_sft(
             raise RuntimeError("injected: the run dies during SFT epoch 2")
         return epoch_counted(store, base_model, data, spec, epoch, step, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.sft, "sft_epoch", crashing_in_epoch_2)
+    monkeypatch.setattr(sft_tasks, "sft_epoch", crashing_in_epoch_2)
     assert train(cfg, return_state=True).is_failed()
     assert trained == [1]
 
-    monkeypatch.setattr(tasks.sft, "sft_epoch", epoch_counted)
+    monkeypatch.setattr(sft_tasks, "sft_epoch", epoch_counted)
     summary, run_id = run_flow(cfg)
     assert trained == [1, 2]  # epoch 1 was not trained again
     assert summary.sft.start_step == 0 and summary.sft.trained_steps == [2]

@@ -51,8 +51,8 @@ def test_evaluate_flow_writes_a_tau2_pass_k_report_for_a_prompted_endpoint(
 ):
     from art_core.storage import Storage
     from art_core.training.config import TrainConfig
-    from flows.config import EnvironmentConfig, EvalConfig, EvaluateConfig, RunConfig, SamplingConfig
-    from flows.evaluate import evaluate_flow
+    from art_pipeline.flows.config import EnvironmentConfig, EvalConfig, EvaluateConfig, RunConfig, SamplingConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
 
     ep = vllm_endpoint
     monkeypatch.setenv("ART_BASELINE_API_KEY", ep.api_key or "none")
@@ -100,8 +100,8 @@ def test_train_flow_trains_on_tau2_retails_train_split_with_ruler_and_the_enviro
     """One step on tau2's train tasks: the customer and the RULER judge are the tiny model on the session server,
     RULER's score is mixed with tau2's reward (0 here: a random agent is cut off), and the step is trained."""
     from art_core.store import ModelStore
-    from flows.config import RunConfig
-    from flows.train import train
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.train import train
 
     ep = vllm_endpoint
     for key in ("ART_INFERENCE_API_KEY", "ART_JUDGE_API_KEY", "OPENAI_API_KEY"):

@@ -19,7 +19,7 @@ from typing import Iterable
 import pytest
 
 from art_core.store import ModelStore
-from flows.config import RunConfig
+from art_pipeline.flows.config import RunConfig
 
 pytestmark = pytest.mark.vllm
 
@@ -93,7 +93,7 @@ def history(storage_url: str, cfg: RunConfig) -> list[dict]:
 
 def run_flow(cfg: RunConfig):
     """Run the train flow; return (summary, flow run id)."""
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     state = train(cfg, return_state=True)
     return state.result(), state.state_details.flow_run_id
@@ -174,7 +174,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(
     run_name = f"kill-{uuid.uuid4().hex[:8]}"
     script = (
         "import json, sys\n"
-        "from flows.config import RunConfig\nfrom flows.train import train\n"
+        "from art_pipeline.flows.config import RunConfig\nfrom art_pipeline.flows.train import train\n"
         f"train.with_options(flow_run_name={run_name!r})(RunConfig.model_validate_json(sys.argv[1]))\n"
     )
     env = dict(os.environ, PREFECT_API_URL=prefect_api)
@@ -221,7 +221,7 @@ def test_sigkill_mid_step_then_rerun_resumes_without_redoing_work(
 def test_unreachable_judge_fails_first_scoring_clearly_and_keeps_trajectories(
     prefect_api, tmp_path, tiny_model_path, vllm_endpoint, monkeypatch
 ):
-    from tasks import JudgeError
+    from art_pipeline.tasks import JudgeError
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
     judge = {"model": "hosted_vllm/judge", "api_base": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5}
@@ -312,8 +312,8 @@ def _wait_for_object(url: str, proc: subprocess.Popen, timeout: float) -> None:
 
 
 def test_evaluate_flow_compares_steps_with_the_base_model(trained):
-    from flows.config import EvaluateConfig
-    from flows.evaluate import evaluate_flow
+    from art_pipeline.flows.config import EvaluateConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
 
     cfg, _, _, _ = trained
     reports = evaluate_flow(EvaluateConfig(run=cfg, steps=[3], baseline_step=0))
@@ -330,8 +330,8 @@ def test_evaluate_flow_compares_steps_with_the_base_model(trained):
 
 def test_evaluate_flow_takes_a_prompted_model_as_baseline(trained, vllm_endpoint, monkeypatch):
     """Any model behind an OpenAI-compatible URL; here the base model on the session server, by its name."""
-    from flows.config import EvaluateConfig
-    from flows.evaluate import evaluate_flow
+    from art_pipeline.flows.config import EvaluateConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
 
     cfg, _, _, _ = trained
     monkeypatch.setenv("ART_BASELINE_API_KEY", vllm_endpoint.api_key or "")
@@ -342,8 +342,8 @@ def test_evaluate_flow_takes_a_prompted_model_as_baseline(trained, vllm_endpoint
 
 
 def test_deploy_flow_exports_adapter_with_model_card(trained):
-    from flows.config import DeployConfig
-    from flows.deploy import deploy_flow
+    from art_pipeline.flows.config import DeployConfig
+    from art_pipeline.flows.deploy import deploy_flow
 
     cfg, _, _, _ = trained
     summary = deploy_flow(DeployConfig(run=cfg, step=3))
@@ -363,8 +363,8 @@ def test_deploy_flow_exports_adapter_with_model_card(trained):
 def test_retrain_keeps_the_promoted_step_when_the_new_one_is_not_better(trained):
     from art_core.deploy import read_promoted
     from art_core.storage import Storage
-    from flows.config import RetrainConfig
-    from flows.retrain import retrain
+    from art_pipeline.flows.config import RetrainConfig
+    from art_pipeline.flows.retrain import retrain
 
     cfg, _, _, _ = trained
     storage = Storage(cfg.storage_url)
@@ -405,8 +405,8 @@ def test_gather_reuses_its_own_rollouts_when_the_cache_record_is_missing(
     """The window a SIGKILL can hit: rollouts written, Prefect's cache record not yet committed."""
     import shutil
 
-    from flows.train import checkpoint_fingerprint_of, refs
-    from tasks import gather_trajectories, result_storage_for
+    from art_pipeline.flows.train import checkpoint_fingerprint_of, refs
+    from art_pipeline.tasks import gather_trajectories, result_storage_for
 
     monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_server.api_key or "")
     cfg = run_config(tiny_model_path, str(tmp_path / "art"), vllm_server.base_url, name="window")

@@ -1,6 +1,6 @@
 """What a Prefect user trips over, fixed: paused schedules, partial overrides that merge with the
-deployment's config, a warning when a run replaces it whole, a metrics table that leads with the reward,
-and a readable error when a user's own `tasks.py` hides our `tasks` package.
+deployment's config, a warning when a run replaces it whole, and a metrics table that leads with the reward. (A user's own `tasks` or `flows` module hides nothing of ours:
+tests/test_packaging.py.)
 
 The override tests use the session's real Prefect test server; none starts vLLM.
 """
@@ -32,9 +32,9 @@ def test_schedules_are_created_paused():
 def test_deployment_defaults_are_the_demo_runs(smollm2_path, tiny_model_path, tmp_path):
     """A run started from the UI with the defaults is `make demo`'s run (SmolLM2 found as the demo finds it, the
     word quiz, its settings): it continues the demo from its cache. train/tiny-demo is `make demo-tiny`'s."""
-    from flows.config import RunConfig
-    from flows.demo import demo_config, real_demo_config
-    from flows.preflight import preflight
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.demo import demo_config, real_demo_config
+    from art_pipeline.flows.preflight import preflight
 
     definitions = _prefect_yaml()["definitions"]
     real = preflight(RunConfig(**definitions["run"]))  # as it is: base_model 'smollm2', storage ./.art
@@ -48,7 +48,7 @@ def test_deployment_defaults_are_the_demo_runs(smollm2_path, tiny_model_path, tm
 
 
 def test_parse_and_merge_overrides():
-    from flows.overrides import deep_merge, missing_fields, parse_assignments
+    from art_pipeline.flows.overrides import deep_merge, missing_fields, parse_assignments
 
     over = parse_assignments(["steps=12", "train.learning_rate=0.02", "environment.options.seed=2", "model=agent-002"])
     assert over == {
@@ -70,7 +70,7 @@ def test_parse_and_merge_overrides():
 @pytest.fixture
 def demo_deployment(prefect_api, tiny_model_path, tmp_path):
     """The train flow registered as a deployment with the demo's config (no worker: runs stay Scheduled)."""
-    from flows.train import train
+    from art_pipeline.flows.train import train
 
     run = dict(_prefect_yaml()["definitions"]["tiny_run"], base_model=tiny_model_path, storage_url=str(tmp_path))
     train.to_deployment(name="frictions", parameters={"config": run}).apply()
@@ -80,7 +80,7 @@ def demo_deployment(prefect_api, tiny_model_path, tmp_path):
 def test_partial_override_merges_with_the_deployments_config(demo_deployment, prefect_api):
     from prefect.client.orchestration import get_client
 
-    from flows.overrides import run_with_overrides
+    from art_pipeline.flows.overrides import run_with_overrides
 
     name, run = demo_deployment
     flow_run = run_with_overrides(name, {"steps": 12, "train": {"learning_rate": 0.02}}, timeout=0)
@@ -115,7 +115,7 @@ def test_a_run_that_replaces_the_whole_config_warns(demo_deployment, caplog):
     from prefect import flow
     from prefect.deployments import run_deployment
 
-    from flows.overrides import warn_if_config_replaced
+    from art_pipeline.flows.overrides import warn_if_config_replaced
 
     name, run = demo_deployment
 
@@ -168,21 +168,3 @@ def test_metrics_table_leads_with_reward_and_rounds():
     assert list(row)[:6] == ["step", "train/reward", "val/reward", "val/pass^1", "val/pass^2", "train/reward_max"]
     assert row["train/reward"] == 0.251 and row["val/pass^2"] == 0.333 and row["train/seconds"] == 1.235
     assert row["train/kl_to_sampler"] == pytest.approx(3.2e-7)  # small values keep their digits
-
-
-def test_own_tasks_module_is_named_in_the_error(tmp_path):
-    (tmp_path / "tasks.py").write_text("print('a user module')\n")
-    r = subprocess.run(
-        [sys.executable, "-c", "import flows.retrain"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
-    assert r.returncode != 0
-    assert f"`import tasks` finds {tmp_path / 'tasks.py'}" in r.stderr and "Rename" in r.stderr
-    ok = subprocess.run(
-        [sys.executable, "-c", "import flows.retrain"], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert ok.returncode == 0, ok.stderr[-2000:]

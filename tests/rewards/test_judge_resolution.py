@@ -6,12 +6,12 @@ fake judge on loopback refusing every request, so what it checks is the message 
 from __future__ import annotations
 
 import pytest
-from tests.rewards.fake_judge import FakeJudge
-from tests.rewards.retail_style import retail_group
 
 from art_core.rewards import JudgeConfig, JudgeError, resolve_judge
 from art_core.rewards.config import ART_DEFAULT_JUDGE_MODEL
 from art_core.store import ModelRef
+from tests.rewards.fake_judge import FakeJudge
+from tests.rewards.retail_style import retail_group
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_the_default_judge_is_decided_once(no_judge_settings, monkeypatch):
 def test_a_failing_judge_call_names_the_model_that_was_called(
     fake_judge: FakeJudge, no_judge_settings, monkeypatch, tmp_path, named_by
 ):
-    from tasks.score import score_groups
+    from art_pipeline.tasks.score import score_groups
 
     ref = ModelRef(storage_url=str(tmp_path / "art"), project="p", model="m", base_model="/models/tiny")
     store = ref.store()

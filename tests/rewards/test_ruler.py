@@ -7,11 +7,11 @@ import glob
 import json
 
 import pytest
-from tests.rewards.fake_judge import FakeJudge
-from tests.rewards.retail_style import POLICY, retail_group
 
 from art_core.gather import gather_trajectory_groups
 from art_core.rewards import JudgeError, RulerConfig, ruler, ruler_score_group
+from tests.rewards.fake_judge import FakeJudge
+from tests.rewards.retail_style import POLICY, retail_group
 
 # The fake judge scores 0.25 per "SUCCESS" in an attempt: these endings expect 0, .25, .5, .75.
 GRADED = [(("SUCCESS " * k) + f"reply {k}", k > 1) for k in range(4)]

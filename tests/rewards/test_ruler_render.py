@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tests.rewards.retail_style import ENDINGS, POLICY, REQUEST, retail_group, retail_trajectory
-
 from art_core.rewards.render import judge_user_message, render_messages, shared_prefix_len
+from tests.rewards.retail_style import ENDINGS, POLICY, REQUEST, retail_group, retail_trajectory
 
 
 def test_tool_calls_and_results_are_rendered_without_their_random_ids():

@@ -7,9 +7,9 @@ The tiny model has random weights: every reply that parses with exactly the 8 id
 from __future__ import annotations
 
 import pytest
-from tests.rewards.retail_style import retail_group
 
 from art_core.rewards import ruler_score_group
+from tests.rewards.retail_style import retail_group
 
 
 @pytest.mark.vllm

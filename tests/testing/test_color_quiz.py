@@ -24,8 +24,8 @@ def test_splits_are_disjoint_deterministic_and_have_one_color_each():
 
 
 def test_run_config_takes_it_and_asks_for_recomputed_logprobs(tiny_model_path):
-    from flows.config import RunConfig
-    from flows.preflight import preflight
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.preflight import preflight
 
     base = dict(
         project="demo", model="a", base_model=tiny_model_path, environment={"name": "art_core.testing.color_quiz"}

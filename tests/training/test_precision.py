@@ -10,9 +10,9 @@ import torch
 
 from art_core.storage import Storage
 from art_core.training import trainer
-from art_core.training.session import clear_model_cache
 from art_core.training.config import TrainConfig
 from art_core.training.precision import MIN_BF16_HIDDEN, choose_train_dtype, cpu_has_bf16
+from art_core.training.session import clear_model_cache
 from art_core.trajectories import Trajectory, TrajectoryGroup
 from tests.training.rollouts_hf import make_choice
 

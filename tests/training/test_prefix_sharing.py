@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from art_core.storage import Storage
-from art_core.trajectories import Trajectory, TrajectoryGroup
 from art_core.training.config import TrainConfig
 from art_core.training.packing import batch_logprobs, pack_sequences
 from art_core.training.prefixes import Tree, build_trees
 from art_core.training.tokenize import TokenizedTrajectory
+from art_core.trajectories import Trajectory, TrajectoryGroup
 from tests.training.rollouts_hf import make_choice
 
 POLICY = " ".join(f"rule {i}: refunds need the order id and the customer's zip code." for i in range(8))

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from art_core.store import ModelStore
 import art_core as art
 from art_core.sft import learning_rates, parse_sft_lines, train_sft_from_file
+from art_core.store import ModelStore
 from art_core.training.sft import TrainSFTConfig, tokenize_sft
 
 TOOLS = [

@@ -7,8 +7,8 @@ import math
 import pytest
 from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
 
-from art_core.trajectories import Trajectory
 from art_core.training.tokenize import ChatTemplateError, TrajectoryError, tokenize_trajectory
+from art_core.trajectories import Trajectory
 from tests.training.rollouts_hf import make_choice
 
 TOOLS = [

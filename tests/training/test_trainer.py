@@ -13,11 +13,11 @@ from safetensors.torch import load_file
 
 from art_core.storage import Storage
 from art_core.store import ModelStore
-from art_core.trajectories import Trajectory, TrajectoryGroup
 from art_core.training.checkpoints import prune_checkpoints
 from art_core.training.config import TrainConfig
 from art_core.training.session import clear_model_cache, trainer_session
 from art_core.training.trainer import TrainingDataWarning, train_grpo_step
+from art_core.trajectories import Trajectory, TrajectoryGroup
 from tests.training.rollouts_hf import make_choice
 
 CFG = TrainConfig(learning_rate=1e-2)
