@@ -173,18 +173,14 @@ def sft_and_record(
         return done
     return run_and_record(
         store,
-        lambda: sft_step(
-            base_model=base_model,
-            trajectories=trajectories,
-            config=config,
-            train_config=train_config,
-            storage=store.storage,
-            project=store.project,
-            name=store.name,
-            step=step,
-        ),
+        sft_step,
         prefix="sft/",
         servers=servers,
+        base_model=base_model,
+        trajectories=trajectories,
+        config=config,
+        train_config=train_config,
+        step=step,
     )
 
 
@@ -230,18 +226,7 @@ class SFTSpec(BaseModel):
 
     def chunks(self, trajectories: list[Trajectory]) -> list[SFTChunk]:
         """The run's chunks, one per epoch, with their slice of the learning-rate schedule."""
-        return list(
-            create_sft_dataset_iterator(
-                trajectories,
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                peak_lr=self.peak_lr,
-                schedule_type=self.schedule_type,
-                warmup_ratio=self.warmup_ratio,
-                assistant_turns=self.assistant_turns,
-                seed=self.seed,
-            )
-        )
+        return list(create_sft_dataset_iterator(trajectories, **self.model_dump()))  # its fields are the arguments
 
 
 def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:

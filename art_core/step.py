@@ -177,44 +177,42 @@ def train_and_record(
     rewards = {**reward_summary(groups), **staleness(groups, step)}
     return run_and_record(
         store,
-        lambda: trainer.train_grpo_step(
-            base_model=base_model,
-            groups=groups,
-            config=config,
-            storage=store.storage,
-            project=store.project,
-            name=store.name,
-            step=step,
-        ),
+        trainer.train_grpo_step,
         prefix="train/",
         servers=servers,
         extra=rewards,
+        base_model=base_model,
+        groups=groups,
+        config=config,
+        step=step,
     )
 
 
 def run_and_record(
     store: ModelStore,
-    train: Callable[[], TrainResult],
+    train: Callable[..., TrainResult],
     *,
     prefix: str,
     servers: "Iterable[VLLMServer]" = (),
     extra: dict[str, Any] | None = None,
+    **arguments: Any,
 ) -> TrainResult:
-    """Run one train call (a GRPO or an SFT step) and record its checkpoint's metrics under `prefix` in
-    history.jsonl; the result, `extra` first in its metrics. The one wrapper of both kinds of step.
+    """Run one train call (a GRPO or an SFT step: `train(storage=, project=, name=, **arguments)`, with the
+    store's storage, project and name) and record its checkpoint's metrics under `prefix` in history.jsonl;
+    the result, `extra` first in its metrics. The one wrapper of both kinds of step.
 
     `servers` share the device with the trainer: each is put to sleep before training and woken after
     (both no-ops on CPU), the trainer's free GPU blocks given back in between, so one GPU holds vLLM and
     the trainer in turn.
 
-    >>> run_and_record(store, lambda: sft_step(...), prefix="sft/", servers=[server]).step   # doctest: +SKIP
+    >>> run_and_record(store, sft_step, prefix="sft/", servers=[server], step=1, ...).step   # doctest: +SKIP
     2
     """
     servers = list(servers)
     for server in servers:
         server.sleep()  # frees the GPU (vLLM sleep mode); returns False and does nothing on CPU
     try:
-        result = train()
+        result = train(storage=store.storage, project=store.project, name=store.name, **arguments)
     finally:
         if servers:
             release_cuda_cache()

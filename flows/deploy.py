@@ -97,17 +97,8 @@ def deploy_flow(config: DeployConfig) -> DeploySummary:
     target = config.model_copy(update={"deploy_to": config.deploy_to or ("vllm" if config.serve else None)})
     if target.deploy_to:
         d = deploy_to_target(ref, step, target, config.serve_minutes, config.port)
-        summary = summary.model_copy(
-            update=dict(
-                export_uri=d.export_uri,
-                endpoint=d.endpoint,
-                target=d.target,
-                model_name=d.model_name,
-                status=d.status,
-                location=d.uri,
-                message=d.message,
-            )
-        )
+        shown = d.model_dump(include={"export_uri", "endpoint", "target", "model_name", "status", "message"})
+        summary = summary.model_copy(update={**shown, "location": d.uri})
         print(f"deployed step {step} to {d.target}: {d.message}")
     elif config.export:
         summary.export_uri = export_adapter(ref, step)

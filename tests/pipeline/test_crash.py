@@ -28,6 +28,7 @@ import psutil
 import pytest
 
 from art_pipeline.flows.config import RunConfig
+from tests.pipeline.test_train_flow import run_config
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -97,21 +98,7 @@ print("the flow finished without reaching the kill", flush=True)
 
 
 def _config(model_path: str, storage_url: str, inference_url: str | None) -> RunConfig:
-    return RunConfig(
-        project="crash",
-        model="agent",
-        base_model=model_path,
-        storage_url=storage_url,
-        inference_url=inference_url,
-        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-        steps=2,
-        groups_per_step=2,
-        group_size=4,
-        sampling={"max_tokens": 8},
-        eval_every=0,
-        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-        report_to_wandb=False,
-    )
+    return run_config(model_path, storage_url, inference_url, project="crash", steps=2, eval_every=0)
 
 
 def _running(entry: dict) -> bool:

@@ -15,8 +15,8 @@ def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(
 ):
     import art_core.training.trainer as trainer
     from art_core.serving import PROCESS_POOL
-    from art_pipeline.flows.config import RunConfig
     from art_pipeline.flows.train import train
+    from tests.pipeline.test_train_flow import run_config
 
     seen: list[bool] = []
     real = trainer.train_grpo_step
@@ -26,19 +26,7 @@ def test_train_flow_puts_its_server_to_sleep_during_training_and_wakes_it(
         return real(**kwargs)
 
     monkeypatch.setattr(trainer, "train_grpo_step", spy)
-    cfg = RunConfig(
-        project="gpu",
-        model="agent",
-        base_model=tiny_model_path,
-        storage_url=str(tmp_path / "art"),
-        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-        steps=2,
-        groups_per_step=2,
-        group_size=4,
-        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-        sampling={"max_tokens": 8},
-        report_to_wandb=False,
-    )
+    cfg = run_config(tiny_model_path, str(tmp_path / "art"), None, project="gpu", steps=2, eval_every=0)
     try:
         summary = train(cfg)
         assert all(not s.is_sleeping() for s in PROCESS_POOL.servers()), "the server was not woken after training"

@@ -14,28 +14,14 @@ import os
 import pytest
 
 from art_pipeline.flows.config import RunConfig
+from tests.pipeline.test_train_flow import run_config as train_flow_run
 
 pytestmark = pytest.mark.vllm
 
 
 def run_config(model_path: str, root: str, inference_url: str | None, name: str, **update) -> RunConfig:
-    cfg = dict(
-        project="engine",
-        model=name,
-        base_model=model_path,
-        storage_url=root,
-        inference_url=inference_url,
-        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
-        steps=3,
-        groups_per_step=2,
-        group_size=4,
-        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
-        sampling={"max_tokens": 8},
-        eval_every=0,
-        report_to_wandb=False,
-    )
-    cfg.update(update)
-    return RunConfig(**cfg)
+    """The pipeline tests' tic-tac-toe run, without evaluations."""
+    return train_flow_run(model_path, root, inference_url, name, **{"project": "engine", "eval_every": 0, **update})
 
 
 def sampled_from(root: str, project: str, name: str, step: int) -> set[str]:

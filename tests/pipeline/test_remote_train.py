@@ -68,21 +68,16 @@ def gpu_worker(prefect_api, s3_server, tmp_path_factory):
 
 def _run_config(s3_root: str, tiny_model_path: str, inference_url: str):
     """One tiny step of tic-tac-toe (moves constrained) whose train step goes to the art-gpu pool."""
-    from art_pipeline.flows.config import RunConfig
+    from tests.pipeline.test_train_flow import run_config
 
-    return RunConfig(
+    return run_config(
+        tiny_model_path,
+        s3_root,
+        inference_url,
         project="remote",
-        model="agent",
-        base_model=tiny_model_path,
-        storage_url=s3_root,
-        inference_url=inference_url,
-        environment={"name": "tic-tac-toe", "options": {"constrain_moves": True}},
         steps=1,
-        groups_per_step=2,
-        group_size=4,
-        train={"learning_rate": 2e-3, "old_logprobs": "recompute"},
         sampling={"temperature": 1.0, "max_tokens": 8},
-        report_to_wandb=False,
+        eval_every=0,
         scale={"train_deployment": DEPLOYMENT},
     )
 

@@ -12,26 +12,16 @@ generic customer-service episode loop:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from art_core.envs.airline import tools
 from art_core.envs.airline.db import make_db
 from art_core.envs.airline.scenarios import make_tasks
-from art_core.envs.airline.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
 from art_core.envs.customer_service.domain import Domain
 from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS, CustomerServiceEnv
 
-POLICY = (Path(__file__).parent / "policy.md").read_text()
-
-AIRLINE = Domain(
-    name="airline",
-    policy=POLICY,
-    make_db=make_db,
-    tools=TOOLS,
-    tool_schemas=TOOL_SCHEMAS,
-    make_tasks=make_tasks,
-    write_tools=WRITE_TOOLS,
-)
+AIRLINE = Domain.of_package("airline", __file__, tools, make_db=make_db, make_tasks=make_tasks)
+POLICY = AIRLINE.policy
 
 
 def load_environment(**options: Any):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 from pydantic import BaseModel, Field
@@ -52,6 +54,15 @@ class Domain:
     ]  # (db, seed) -> {"train": [...], "val": [...], "test": [...]}
     write_tools: frozenset[str] = field(default_factory=frozenset)  # tools that change the database
     terminal_tools: frozenset[str] = field(default_factory=lambda: frozenset({"transfer_to_human_agents"}))
+
+    @classmethod
+    def of_package(cls, name: str, package_file: str, tools: ModuleType, **parts: Any) -> Domain:
+        """A generated domain laid out as retail and airline are: policy.md beside `package_file` (the package's
+        __init__.py), `tools`' module-level TOOLS, TOOL_SCHEMAS and WRITE_TOOLS, and `parts` (make_db,
+        make_tasks, terminal_tools)."""
+        policy = (Path(package_file).parent / "policy.md").read_text()
+        schemas, write = tools.TOOL_SCHEMAS, tools.WRITE_TOOLS
+        return cls(name=name, policy=policy, tools=tools.TOOLS, tool_schemas=schemas, write_tools=write, **parts)
 
     def run(self, db: Database, name: str, arguments: str | dict[str, Any]) -> tuple[str, bool]:
         """Run one agent call on `db`: (what the agent reads, whether it was an error). Only a `ToolError` is a

@@ -10,27 +10,16 @@ environment is the generic `CustomerServiceEnv` run on it. Options are `Customer
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from art_core.envs.retail.db import make_db
-from art_core.envs.retail.scenarios import make_tasks
-from art_core.envs.retail.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS
 from art_core.envs.customer_service.domain import Domain
 from art_core.envs.customer_service.env import TRAIN_ONLY_OPTIONS, CustomerServiceEnv
+from art_core.envs.retail import tools
+from art_core.envs.retail.db import make_db
+from art_core.envs.retail.scenarios import make_tasks
 
-POLICY = (Path(__file__).parent / "policy.md").read_text()
-
-RETAIL = Domain(
-    name="retail",
-    policy=POLICY,
-    make_db=make_db,
-    tools=TOOLS,
-    tool_schemas=TOOL_SCHEMAS,
-    make_tasks=make_tasks,
-    write_tools=WRITE_TOOLS,
-    terminal_tools=frozenset({"transfer_to_human_agents"}),
-)
+RETAIL = Domain.of_package("retail", __file__, tools, make_db=make_db, make_tasks=make_tasks)
+POLICY = RETAIL.policy
 
 
 def load_environment(**options: Any):
