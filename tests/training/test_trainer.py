@@ -374,6 +374,14 @@ def test_tokens_per_pass_follow_the_memory_budget(tiny_model_path, tmp_path, fre
     # On CPU nothing is recomputed, unless one sequence alone would fill a quarter of the available memory.
     assert pass_shape(model, CFG, cpu, longest=4096)[2] is False
     assert pass_shape(model, CFG, cpu, longest=10**9)[2] is True
+    # ... and never more than 4 GiB, however much memory the machine has: the MCP-RL notebook's trainer step
+    # peaked at 4.6 GiB RSS on SmolLM2 without the cap (3.2k-token episodes), 2.4 GiB with it.
+    from art_core.training.memory import CPU_SEQUENCE_CAP_BYTES, SAFETY, cpu_sequence_budget, model_per_token_bytes
+
+    assert 0 < cpu_sequence_budget() <= CPU_SEQUENCE_CAP_BYTES == 4 << 30
+    full = model_per_token_bytes(model.config, next(model.parameters()).element_size(), checkpointing=False)
+    past_cap = int(1.05 * CPU_SEQUENCE_CAP_BYTES / (SAFETY * full))
+    assert pass_shape(model, CFG, cpu, longest=past_cap)[2] is True
 
 
 def _qwen_vocab_model(tiny_model_path: str, path: str) -> str:
