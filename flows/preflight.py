@@ -35,27 +35,28 @@ from art_pipeline.flows.config import (
 
 C = TypeVar("C")
 
-__all__ = ["PreflightError", "preflight"]
+__all__ = ["PreflightError", "base_model", "existing_file", "preflight"]
 
 
 def preflight(config: C) -> C:
     """`config` checked and resolved (see the module docstring); a config holding a RunConfig as `run` (evaluate,
-    deploy, retrain) has that checked. The SFT flow's config: its base model and data file. Idempotent."""
+    deploy, retrain) has that checked. A config class with checks of its own defines `preflighted()` (the SFT
+    flow's: its base model and data file), built from `base_model` and `existing_file`. Idempotent."""
     if isinstance(config, RunConfig):
         return _run(config)  # type: ignore[return-value]
     run = getattr(config, "run", None)
     if isinstance(run, RunConfig):
         return config.model_copy(update={"run": _run(run)})  # type: ignore[attr-defined]
-    if hasattr(config, "data") and hasattr(config, "base_model"):  # flows.sft.SFTRunConfig
-        update = {"base_model": _base_model(config.base_model), "data": _file("data", config.data)}  # type: ignore[attr-defined]
-        return config.model_copy(update=update)  # type: ignore[attr-defined]
+    own = getattr(config, "preflighted", None)
+    if callable(own):
+        return own()
     raise TypeError(f"preflight takes a flow's config, not {type(config).__name__}")
 
 
 def _run(config: RunConfig) -> RunConfig:
     if config._checked:
         return config
-    base = _base_model(config.base_model)
+    base = base_model(config.base_model)
     facts = config.environment.facts()
     update: dict[str, Any] = {"base_model": base}
     if facts.constrains_sampling and config.train.old_logprobs == "sampler":
@@ -75,21 +76,23 @@ def _run(config: RunConfig) -> RunConfig:
         max_tokens = facts.recommended_sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
         update["sampling"] = config.sampling.model_copy(update={"max_tokens": max_tokens})
     if config.sft is not None and config.sft.demonstrations != "expert":
-        demonstrations = _file("sft.demonstrations", config.sft.demonstrations)
+        demonstrations = existing_file("sft.demonstrations", config.sft.demonstrations)
         update["sft"] = config.sft.model_copy(update={"demonstrations": demonstrations})
     checked = config.model_copy(update=update)
     checked._checked = True
     return checked
 
 
-def _base_model(value: str) -> str:
+def base_model(value: str) -> str:
+    """The folder a base model names ('smollm2', a .gguf converted once, a model folder); PreflightError if none."""
     try:
         return base_model_folder(value)
     except ValueError as e:
         raise PreflightError("base_model", str(e)) from None
 
 
-def _file(field: str, value: str) -> str:
+def existing_file(field: str, value: str) -> str:
+    """A URL as it is; a local path made absolute once it exists, else a PreflightError naming `field`."""
     try:
         return demonstrations_file(value)
     except ValueError as e:

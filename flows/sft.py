@@ -23,7 +23,7 @@ from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
 from art_pipeline.flows.config import NAME_FORM, RunConfig, _Strict, storage_root
 from art_pipeline.flows.lifetime import guard_temporary_server, training_lease
-from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.preflight import base_model, existing_file, preflight
 from art_pipeline.tasks.results import result_storage_for, with_result_storage
 from art_pipeline.tasks.sft import build_demonstrations, sft_step
 
@@ -59,6 +59,12 @@ class SFTRunConfig(_Strict):
     @classmethod
     def _stripped(cls, v: str) -> str:
         return v.strip()  # resolved and checked by preflight (the model's folder, the file's absolute path)
+
+    def preflighted(self) -> SFTRunConfig:
+        """This config with its base model resolved and its data file found (what `preflight` runs)."""
+        return self.model_copy(
+            update={"base_model": base_model(self.base_model), "data": existing_file("data", self.data)}
+        )
 
 
 class SFTSummary(BaseModel):

@@ -139,3 +139,17 @@ def test_sampling_defaults_fit_tool_calls_and_follow_the_environments_protocol(t
         )
     )
     assert own.sampling.max_tokens == 8 and own.eval_sampling() == {"temperature": 0.7, "max_tokens": 8}
+
+
+def test_the_sft_flows_config_is_preflighted_by_its_own_checks(tiny_model_path, tmp_path, monkeypatch):
+    from art_pipeline.flows.sft import SFTRunConfig
+
+    monkeypatch.chdir(tmp_path)
+    cfg = SFTRunConfig(storage_url=str(tmp_path), project="p", model="m", base_model=tiny_model_path, data="d.jsonl")
+    with pytest.raises(PreflightError) as refused:
+        preflight(cfg)
+    assert refused.value.field == "data" and "d.jsonl" in str(refused.value)
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    assert preflight(cfg).data == str(tmp_path / "d.jsonl")
+    with pytest.raises(TypeError, match="a flow's config, not dict"):
+        preflight({"data": "d.jsonl", "base_model": tiny_model_path})  # fields alone make no config
