@@ -421,12 +421,18 @@ def train_grpo_step_on_ranks(**step_kwargs: Any):
 
     >>> train_grpo_step_on_ranks(base_model=..., groups=..., config=TrainConfig(ranks=2), ...)  # doctest: +SKIP
     """
+    return step_on_ranks("art_core.training.trainer.train_grpo_step", step_kwargs["config"], step_kwargs)
+
+
+def step_on_ranks(target: str, config: Any, step_kwargs: dict[str, Any]):
+    """A train step function (`target`, dotted: the GRPO or the SFT step) called with `step_kwargs` on
+    `config.ranks` fresh processes, local or Ray actors (`config.ranks_on`), `config` being its TrainConfig;
+    rank 0's TrainResult."""
     from art_core.training.result import TrainResult
 
     import torch
 
-    config = step_kwargs["config"]
-    world, target = config.ranks, "art_core.training.trainer.train_grpo_step"
+    world = config.ranks
     if config.ranks_on == "ray":
         return TrainResult.model_validate_json(run_on_ray_ranks(world, target, step_kwargs))
     gpus = torch.cuda.device_count()

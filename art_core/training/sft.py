@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_core.storage import Storage
+from art_core.training import distributed, fsdp
 from art_core.training.config import TrainConfig
 from art_core.training.result import TrainResult
 from art_core.training.session import TrainerSession, trainer_session
@@ -164,6 +165,10 @@ def sft_step(
     """Train checkpoint `step` -> `step + 1` on the conversations, one optimizer step per batch, in order."""
     if not trajectories:
         raise ValueError("no SFT examples were given: pass conversations that end with an assistant message")
+    if train_config.ranks > 1 and distributed.current() is None:  # data parallel: each rank a share of a batch
+        kwargs = dict(base_model=base_model, trajectories=trajectories, config=config, train_config=train_config)
+        kwargs.update(storage=storage, project=project, name=name, step=step)
+        return distributed.step_on_ranks("art_core.training.sft.sft_step", train_config, kwargs)
     with trainer_session(base_model, train_config, storage, project, name, step) as session:
         return _sft_step(session, trajectories, config)
 
@@ -196,6 +201,8 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
     rates = config.rates(len(sizes))
     params = [p for p in model.parameters() if p.requires_grad]
     losses, tokens, start, computed, in_batch = [], 0, 0, 0, 0
+    ranks = distributed.current()  # None: one process trains every conversation
+    sharded = ranks is not None and fsdp.is_sharded(model)
     # An epoch of long conversations on a CPU runs for many minutes: say how far it is (a line every 30 s
     # off a terminal, art_core.progress), as a gather does.
     bar = progress_bar(len(seqs), f"SFT {session.name} step {session.step + 1}", unit="conversation")
@@ -208,16 +215,30 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
             optimizer = session.optimizer
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
-            parts = pack_sequences(
-                batch,
-                [1.0 / total] * len(batch),
-                per_row,
-                session.device,
-                per_pass,
-                tok.pad_token_id or 0,
-                share_prefixes=share,
-                tree_tokens=tree_size,
+            if ranks is not None:  # this rank's share, weighted over the whole batch: the ranks' losses add up
+                batch = [
+                    batch[i]
+                    for i in distributed.rank_share([len(s) for s in batch], [0] * len(batch), ranks.world)[ranks.rank]
+                ]
+            parts = (
+                pack_sequences(
+                    batch,
+                    [1.0 / total] * len(batch),
+                    per_row,
+                    session.device,
+                    per_pass,
+                    tok.pad_token_id or 0,
+                    share_prefixes=share,
+                    tree_tokens=tree_size,
+                )
+                if batch
+                else []
             )
+            if sharded:  # every pass gathers the base's layers from all ranks: run as many as the busiest rank
+                idle = pack_sequences(
+                    [min(seqs, key=len)], [0.0], per_row, session.device, per_pass, tok.pad_token_id or 0
+                )
+                fsdp.pad_to_lockstep([parts], idle[0], session.device)
             computed += sum(part.real_tokens for part in parts)
             in_batch += sum(part.in_batch_tokens for part in parts)
             for part in parts:
@@ -225,6 +246,9 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
                 loss = -(logp * part.weights).sum()  # mean NLL over the batch's assistant tokens
                 loss.backward()
                 batch_loss += float(loss.detach())
+            if ranks is not None:
+                distributed.all_reduce_gradients(params)  # summed before clipping: every rank clips the same norm
+                (batch_loss,) = distributed.all_reduce_sums([batch_loss])
             torch.nn.utils.clip_grad_norm_(params, train_config.max_grad_norm or float("inf"))
             optimizer.step()
             losses.append(batch_loss)
@@ -232,6 +256,8 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
             bar.set_postfix({"loss": f"{batch_loss:.4f}", "lr": f"{lr:.2e}"}, refresh=False)
             bar.update(size)
     bar.close()
+    if ranks is not None:
+        computed, in_batch = (int(v) for v in distributed.all_reduce_sums([computed, in_batch]))
     metrics = {
         "loss": sum(losses) / len(losses),
         "loss_last": losses[-1],
@@ -241,6 +267,8 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
         "tokens_in_batch": in_batch,  # the conversations' tokens, whole
         "tokens_computed": computed,  # what the passes computed: shared prefixes once
         "learning_rate": rates[-1],
+        **({"ranks": ranks.world} if ranks is not None else {}),
+        **({"sharded_base": 1} if sharded else {}),
     }
     metrics["seconds"] = time.time() - session.started
     info = {

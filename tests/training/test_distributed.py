@@ -24,6 +24,7 @@ from art_core.store import ModelStore
 from art_core.training.config import TrainConfig
 from art_core.training.distributed import RankFailedError, rank_share, run_on_ranks, run_on_ray_ranks
 from art_core.training.trainer import train_grpo_step
+from art_core.trajectories import Trajectory
 from tests.training.test_trainer import _groups
 
 # Mini-batches of sequences of different lengths, so the ranks' shares differ and the weights must be global.
@@ -113,6 +114,58 @@ def test_a_checkpoint_written_on_two_ranks_resumes_on_one(runs):
     assert results["two"][1].step == 2 and ModelStore(store, "p", "two").is_complete(2)
     assert results["two"][1].metrics["loss"] == pytest.approx(results["one"][1].metrics["loss"], rel=1e-4, abs=1e-7)
     _assert_same(_files(store, "one", 2)[0], _files(store, "two", 2)[0])
+
+
+def _conversations() -> list[Trajectory]:
+    """Six SFT conversations of different lengths, sharing a system prompt and a tool."""
+    from tests.training.test_sft import CHAT, TOOLS
+
+    out = []
+    for i in range(6):
+        chat = [dict(m) for m in CHAT]
+        chat[1]["content"] = "Weather in " + " and ".join(["Hobart"] * (1 + 3 * i)) + "?"
+        chat[-1]["content"] = f"{15 + i}C and cloudy." + " Bring a coat." * i
+        out.append(Trajectory(messages_and_choices=chat, tools=TOOLS))
+    return out
+
+
+def _sft(model: str, store: Storage, name: str, step: int, ranks: int, shard_base: str = "auto"):
+    from art_core.training.sft import TrainSFTConfig, sft_step
+
+    return sft_step(
+        base_model=model,
+        trajectories=_conversations(),
+        config=TrainSFTConfig(learning_rate=1e-2, batch_size=3),
+        train_config=CFG.model_copy(update={"ranks": ranks, "shard_base": shard_base}),
+        storage=store,
+        project="p",
+        name=name,
+        step=step,
+    )
+
+
+def test_a_two_rank_sft_step_equals_the_one_process_step_and_resumes_on_one(tiny_model_path, tmp_path):
+    """SFT splits each batch's conversations over the ranks as GRPO splits a mini-batch's sequences."""
+    from art_core.training.session import clear_model_cache
+
+    store = Storage(str(tmp_path))
+    clear_model_cache()
+    one, two = _sft(tiny_model_path, store, "sft-one", 0, 1), _sft(tiny_model_path, store, "sft-two", 0, 2)
+    assert two.metrics["ranks"] == 2 and "ranks" not in one.metrics
+    for key in ("examples", "batches", "trainable_tokens", "tokens_in_batch"):
+        assert one.metrics[key] == two.metrics[key], key
+    assert two.metrics["tokens_computed"] > one.metrics["tokens_computed"]  # each rank computes the shared prefix
+    assert two.metrics["loss"] == pytest.approx(one.metrics["loss"], rel=1e-4)
+    adapter_one, opt_one = _files(store, "sft-one", 1)
+    adapter_two, opt_two = _files(store, "sft-two", 1)
+    _assert_same(adapter_one, adapter_two)
+    for i, state in opt_one["state"].items():
+        _assert_same(state, opt_two["state"][i], relative=True)
+    clear_model_cache()
+    resumed, again = _sft(tiny_model_path, store, "sft-two", 1, 1), _sft(tiny_model_path, store, "sft-one", 1, 1)
+    assert resumed.step == 2 and resumed.metrics["loss"] == pytest.approx(again.metrics["loss"], rel=1e-4)
+    _assert_same(_files(store, "sft-one", 2)[0], _files(store, "sft-two", 2)[0])
+    clear_model_cache()
 
 
 def test_torchrun_trains_the_same_step(runs, tiny_model_path):

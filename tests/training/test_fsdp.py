@@ -68,6 +68,20 @@ def test_a_sharded_checkpoint_resumes_on_one_process(runs):
     _assert_same(_files(store, "one", 2)[0], _files(store, "sharded", 2)[0])
 
 
+def test_a_sharded_two_rank_sft_step_equals_the_one_process_step(tiny_model_path, tmp_path):
+    """SFT's batches over ranks with the base sharded: ranks run as many passes as the busiest, same adapter."""
+    import tests.training.test_distributed as dp
+    from art_core.training.session import clear_model_cache
+
+    store = Storage(str(tmp_path))
+    clear_model_cache()
+    one = dp._sft(tiny_model_path, store, "one", 0, 1)
+    two = dp._sft(tiny_model_path, store, "two", 0, 2, shard_base="on")
+    clear_model_cache()
+    assert two.metrics["sharded_base"] == 1 and two.metrics["loss"] == pytest.approx(one.metrics["loss"], rel=1e-4)
+    dp._assert_same(dp._files(store, "one", 1)[0], dp._files(store, "two", 1)[0])
+
+
 def test_sharding_asked_of_one_process_is_refused_before_anything_loads(tiny_model_path, tmp_path, monkeypatch):
     with pytest.raises(ValidationError, match="shard_base='on' shards the base model .* but ranks is 1"):
         TrainConfig(shard_base="on")
