@@ -24,12 +24,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_core.progress import progress_bar
 from art_core.storage import Storage
 from art_core.training import distributed, fsdp
+from art_core.training.attention import packed_attention
 from art_core.training.config import TrainConfig
+from art_core.training.fused_lora import fused_lora
+from art_core.training.packing import batch_logprobs, pack_sequences
 from art_core.training.result import TrainResult
 from art_core.training.session import TrainerSession, trainer_session
 from art_core.training.tokenize import ChatTemplateError, TokenizedTrajectory, TrajectoryError, render
+from art_core.training.trainer import pass_shape, prefix_sharing_off_reason, tree_tokens
 from art_core.trajectories import Trajectory
 
 
@@ -175,12 +180,6 @@ def sft_step(
 
 def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: TrainSFTConfig) -> TrainResult:
     import torch
-
-    from art_core.progress import progress_bar
-    from art_core.training.attention import packed_attention
-    from art_core.training.fused_lora import fused_lora
-    from art_core.training.packing import batch_logprobs, pack_sequences
-    from art_core.training.trainer import pass_shape, prefix_sharing_off_reason, tree_tokens
 
     model, tok, train_config = session.model, session.tokenizer, session.config
     max_len = train_config.max_seq_len or int(getattr(model.config, "max_position_embeddings", 1 << 30))
