@@ -22,9 +22,10 @@ What is sharded and what is not (measured on CPU with gloo, torch 2.13, tests/tr
 Every pass is therefore a collective: every rank runs as many passes in a mini-batch as the busiest rank
 (`pad_to_lockstep`), a rank short of sequences passes over one short sequence with no trained token.
 
-Loading: each rank loads the whole base into host memory, wraps it with the seeded LoRA, shards it, and only
-its shards (and the LoRA) move to the GPU. So host memory must hold ranks x the weights for the moment of the
-load; loading on the meta device with rank 0 broadcasting is not built.
+Loading: rank 0 alone reads the base into host memory and wraps it with the seeded LoRA; the other ranks build
+the same model on the meta device (no memory). After sharding, rank 0 broadcasts each tensor once and every rank
+keeps its shard (torch.distributed.checkpoint's set_model_state_dict, broadcast_from_rank0), then the buffers.
+So host memory holds the weights once per node for the moment of the load, not once per rank.
 """
 
 from __future__ import annotations
@@ -105,12 +106,45 @@ def shard_base(model: Any, device: Any) -> dict[str, float]:
     causal_lm = model.get_base_model()
     decoder = causal_lm.get_decoder()
     trained = {p for p in model.parameters() if p.requires_grad}
+    on_meta = any(p.device.type == "meta" for p in model.parameters())
+    # Rank 0 loaded the weights (and drew the seeded LoRA); the others built the model on the meta device
+    # (session._load) and receive them. Rank 0's full tensors are kept by reference until they are sent.
+    full = model.state_dict() if dist.get_rank() == 0 else {}
     layers = list(decoder.layers)
     for layer in layers:
         fully_shard(layer, mesh=mesh, ignored_params=trained)
     fully_shard(decoder, mesh=mesh, ignored_params=trained)
+    if _any_rank(on_meta, device):
+        _receive_from_rank0(model, full, on_meta, device)
+    del full
     _move_unsharded(model, device)
     return {"units": len(layers) + 1, "held_gib": held_bytes(model) / (1 << 30)}
+
+
+def _any_rank(flag: bool, device: Any) -> bool:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def _receive_from_rank0(model: Any, full: dict[str, Any], on_meta: bool, device: Any) -> None:
+    """Fill the meta-device ranks' model from rank 0's `full` state dict: each tensor is broadcast once and every
+    rank keeps its shard of it (a whole copy of what is not sharded), then the buffers a state dict leaves out
+    (rotary frequencies) are broadcast too."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if on_meta:
+        model.to_empty(device=device)  # storage for this rank's shards and whole tensors, filled below
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full, options=options)
+    for _name, buffer in model.named_buffers():
+        if buffer.device != device:
+            buffer.data = buffer.data.to(device)
+        dist.broadcast(buffer, src=0)
 
 
 def _move_unsharded(model: Any, device: Any) -> None:

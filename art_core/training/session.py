@@ -232,7 +232,11 @@ def _load(base_model: str, config: TrainConfig) -> LoadedModel:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
     shard = may_shard and _want_sharding(base_model, config, shape, torch.finfo(dtype).bits // 8, device)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+    if shard and distributed.current().rank > 0:  # rank 0 reads the weights and sends each rank its shards
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(shape, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
     if not shard:  # a sharded base moves to the device shard by shard (fsdp.shard_base)
         model = model.to(device)
     lora = LoraConfig(

@@ -82,6 +82,49 @@ def test_a_sharded_two_rank_sft_step_equals_the_one_process_step(tiny_model_path
     dp._assert_same(dp._files(store, "one", 1)[0], dp._files(store, "two", 1)[0])
 
 
+def load_sharded_and_check(base_model: str) -> dict:
+    """On each of a step's ranks: load the base sharded as a step does, counting the reads of its weights from disk;
+    then compare every sharded weight (gathered whole), every buffer and the LoRA with what the files hold."""
+    import transformers
+    from torch.distributed.tensor import DTensor
+
+    from art_core.training import session
+
+    real, reads = transformers.AutoModelForCausalLM.from_pretrained, []
+
+    def counted(*args, **kwargs):
+        reads.append(1)
+        return real(*args, **kwargs)
+
+    transformers.AutoModelForCausalLM.from_pretrained = counted
+    try:
+        loaded = session._load(base_model, TrainConfig(ranks=2, shard_base="on"))
+    finally:
+        transformers.AutoModelForCausalLM.from_pretrained = real
+    model = loaded.model.get_base_model()
+    truth = real(base_model, dtype=next(model.parameters()).dtype)
+    expected = {**dict(truth.named_buffers()), **truth.state_dict()}  # tied weights under both names
+    wrong, lora = 0, 0.0
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if "lora_" in name:
+            lora += float(tensor.detach().double().sum())
+            continue
+        whole = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor  # a collective: same order on all
+        wrong += int(not torch.equal(whole, expected[name.replace(".base_layer", "")]))
+    sharded = sum(isinstance(p, DTensor) for p in model.parameters())
+    reads_all, wrong_all, lora_high, sharded_all = distributed.all_reduce_sums([len(reads), wrong, lora, sharded])
+    return {"reads": reads_all, "wrong": wrong_all, "lora_same": lora_high == 2 * lora, "sharded": sharded_all}
+
+
+def test_only_rank_0_reads_a_sharded_base_and_every_rank_gets_its_weights(tiny_model_path):
+    """The other ranks build the model on the meta device and receive their shards, the buffers and the seeded
+    LoRA from rank 0: host memory holds the weights once per node, not once per rank."""
+    import json
+
+    got = json.loads(distributed.run_on_ranks(2, f"{__name__}.load_sharded_and_check", {"base_model": tiny_model_path}))
+    assert got["reads"] == 1 and got["wrong"] == 0 and got["lora_same"] and got["sharded"] > 0
+
+
 def test_sharding_asked_of_one_process_is_refused_before_anything_loads(tiny_model_path, tmp_path, monkeypatch):
     with pytest.raises(ValidationError, match="shard_base='on' shards the base model .* but ranks is 1"):
         TrainConfig(shard_base="on")
