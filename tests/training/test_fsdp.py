@@ -88,7 +88,9 @@ def load_sharded_and_check(base_model: str) -> dict:
     import transformers
     from torch.distributed.tensor import DTensor
 
-    from art_core.training import session
+    import tempfile
+
+    from art_core.training.session import trainer_session
 
     real, reads = transformers.AutoModelForCausalLM.from_pretrained, []
 
@@ -98,10 +100,11 @@ def load_sharded_and_check(base_model: str) -> dict:
 
     transformers.AutoModelForCausalLM.from_pretrained = counted
     try:
-        loaded = session._load(base_model, TrainConfig(ranks=2, shard_base="on"))
+        config, storage = TrainConfig(ranks=2, shard_base="on"), Storage(tempfile.mkdtemp())
+        with trainer_session(base_model, config, storage, "p", "load", 0) as session:  # checkpoint 0: the base
+            model = session.model.get_base_model()
     finally:
         transformers.AutoModelForCausalLM.from_pretrained = real
-    model = loaded.model.get_base_model()
     truth = real(base_model, dtype=next(model.parameters()).dtype)
     expected = {**dict(truth.named_buffers()), **truth.state_dict()}  # tied weights under both names
     wrong, lora = 0, 0.0
