@@ -78,8 +78,9 @@ def gather_step(
     `endpoint(rank)` is called only when rolling out (a reused step never starts a server), with the LoRA
     rank of the adapter to serve (the server's max_lora_rank follows it); it may return several replicas,
     over which the rollouts are balanced (on Ray when `replicas.on == "ray"`). `served_name` picks the name
-    to sample (default: the sampled step's adapter, loaded on every replica). Asynchronous steps: `sample_step` (default `step`) is the checkpoint sampled from, and
-    stored rollouts sampled from any checkpoint >= `oldest_reusable` are reused as they are.
+    to sample (default: the sampled step's adapter, loaded on every replica). Asynchronous steps: `sample_step`
+    (default `step`) is the checkpoint sampled from, and stored rollouts sampled from any checkpoint >=
+    `oldest_reusable` are reused as they are.
     Every group and trajectory records the step it was sampled from (`sampled_step`).
     """
     t0 = time.perf_counter()

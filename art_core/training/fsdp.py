@@ -95,7 +95,8 @@ def want_sharding(config: Any, model_config: Any, dtype_bytes: int, device: Any)
 def shard_base(model: Any, device: Any) -> dict[str, float]:
     """Shard `model`'s (a peft model's) frozen base over the process group with FSDP2, in place: every decoder
     layer, then the decoder; trainable parameters stay whole (see the module doc) and move to `device` with
-    the parts FSDP does not own. Returns {'units': sharded modules, 'held_gib': weights this rank holds}."""
+    the parts FSDP does not own. Rank 0's model holds the weights; the other ranks' may be on the meta device
+    (session._load builds them there), and every rank receives its part from rank 0. Returns {'units': sharded modules, 'held_gib': weights this rank holds}."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -114,20 +115,10 @@ def shard_base(model: Any, device: Any) -> dict[str, float]:
     for layer in layers:
         fully_shard(layer, mesh=mesh, ignored_params=trained)
     fully_shard(decoder, mesh=mesh, ignored_params=trained)
-    if _any_rank(on_meta, device):
-        _receive_from_rank0(model, full, on_meta, device)
+    _receive_from_rank0(model, full, on_meta, device)
     del full
     _move_unsharded(model, device)
     return {"units": len(layers) + 1, "held_gib": held_bytes(model) / (1 << 30)}
-
-
-def _any_rank(flag: bool, device: Any) -> bool:
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 
 def _receive_from_rank0(model: Any, full: dict[str, Any], on_meta: bool, device: Any) -> None:
@@ -141,7 +132,7 @@ def _receive_from_rank0(model: Any, full: dict[str, Any], on_meta: bool, device:
         model.to_empty(device=device)  # storage for this rank's shards and whole tensors, filled below
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, full, options=options)
-    for _name, buffer in model.named_buffers():
+    for buffer in model.buffers():
         if buffer.device != device:
             buffer.data = buffer.data.to(device)
         dist.broadcast(buffer, src=0)

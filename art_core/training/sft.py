@@ -34,7 +34,7 @@ from art_core.training.packing import batch_logprobs, pack_sequences
 from art_core.training.result import TrainResult
 from art_core.training.session import TrainerSession, trainer_session
 from art_core.training.tokenize import ChatTemplateError, TokenizedTrajectory, TrajectoryError, render
-from art_core.training.trainer import pass_shape, prefix_sharing_off_reason, tree_tokens
+from art_core.training.trainer import pass_shape, prefix_sharing_off_reason, rank_share_of, tree_tokens
 from art_core.trajectories import Trajectory
 
 
@@ -171,8 +171,16 @@ def sft_step(
     if not trajectories:
         raise ValueError("no SFT examples were given: pass conversations that end with an assistant message")
     if train_config.ranks > 1 and distributed.current() is None:  # data parallel: each rank a share of a batch
-        kwargs = dict(base_model=base_model, trajectories=trajectories, config=config, train_config=train_config)
-        kwargs.update(storage=storage, project=project, name=name, step=step)
+        kwargs = dict(
+            base_model=base_model,
+            trajectories=trajectories,
+            config=config,
+            train_config=train_config,
+            storage=storage,
+            project=project,
+            name=name,
+            step=step,
+        )
         return distributed.step_on_ranks("art_core.training.sft.sft_step", train_config, kwargs)
     with trainer_session(base_model, train_config, storage, project, name, step) as session:
         return _sft_step(session, trajectories, config)
@@ -202,6 +210,8 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
     losses, tokens, start, computed, in_batch = [], 0, 0, 0, 0
     ranks = distributed.current()  # None: one process trains every conversation
     sharded = ranks is not None and fsdp.is_sharded(model)
+    if sharded:  # a pass over one short conversation with no trained token, for a rank short of passes
+        idle = pack_sequences([min(seqs, key=len)], [0.0], per_row, session.device, per_pass, tok.pad_token_id or 0)[0]
     # An epoch of long conversations on a CPU runs for many minutes: say how far it is (a line every 30 s
     # off a terminal, art_core.progress), as a gather does.
     bar = progress_bar(len(seqs), f"SFT {session.name} step {session.step + 1}", unit="conversation")
@@ -215,10 +225,7 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
             optimizer.zero_grad(set_to_none=True)
             batch_loss = 0.0
             if ranks is not None:  # this rank's share, weighted over the whole batch: the ranks' losses add up
-                batch = [
-                    batch[i]
-                    for i in distributed.rank_share([len(s) for s in batch], [0] * len(batch), ranks.world)[ranks.rank]
-                ]
+                batch = [batch[i] for i in rank_share_of(batch, ranks)]
             parts = (
                 pack_sequences(
                     batch,
@@ -234,10 +241,7 @@ def _sft_step(session: TrainerSession, trajectories: list[Trajectory], config: T
                 else []
             )
             if sharded:  # every pass gathers the base's layers from all ranks: run as many as the busiest rank
-                idle = pack_sequences(
-                    [min(seqs, key=len)], [0.0], per_row, session.device, per_pass, tok.pad_token_id or 0
-                )
-                fsdp.pad_to_lockstep([parts], idle[0], session.device)
+                fsdp.pad_to_lockstep([parts], idle, session.device)
             computed += sum(part.real_tokens for part in parts)
             in_batch += sum(part.in_batch_tokens for part in parts)
             for part in parts:
