@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 if [ "${PYTEST_WORKERS:-2}" != "0" ]; then
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 fi
-.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+# --no-loadscope-reorder keeps the conftest's order (longest files first); xdist's default re-sorts by test count.
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing on purpose" >&2

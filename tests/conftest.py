@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -33,10 +34,16 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Files with `slow` tests first (order otherwise kept): `make test` hands whole files to two workers
-    # in this order, so the longest start at once instead of one of them running alone at the end.
-    slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: item.path not in slow_files)
+    # `make test` hands whole files to two workers in this order (scripts/run_tests.sh passes
+    # --no-loadscope-reorder, since xdist would otherwise re-sort files by their number of tests and put a
+    # file of one 3-minute test after fifty quick ones). Longest first, by a proxy for time that needs no
+    # record of past runs: files with the most `slow` tests, then the rest by number of tests, so the last
+    # files handed out are short and neither worker runs alone for minutes at the end.
+    slow, count = Counter(), Counter()
+    for item in items:
+        count[item.path] += 1
+        slow[item.path] += "slow" in item.keywords
+    items.sort(key=lambda item: (-slow[item.path], -count[item.path]))  # stable: a file's tests keep their order
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible to nvidia-smi)")

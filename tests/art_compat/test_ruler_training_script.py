@@ -128,6 +128,7 @@ async def rollout(model: art.Model, scenario: Scenario2048) -> art.Trajectory:
     return trajectory
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 async def test_the_ruler_script_trains_every_step_with_a_gradient_where_rewards_differ(
     vllm_server, tiny_model_path, tmp_path, s3_bucket, rule_judge, capsys, monkeypatch
 ):

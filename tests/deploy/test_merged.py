@@ -119,6 +119,7 @@ async def test_merged_weights_equal_base_plus_adapter_in_float32(tiny_model_path
     assert worst < IN_PROCESS_TOLERANCE
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 async def test_vllm_serves_the_merged_export_like_base_plus_adapter(
     vllm_server, vllm_endpoint, tiny_model_path, tmp_path
 ):

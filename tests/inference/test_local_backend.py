@@ -284,6 +284,7 @@ async def test_train_records_history_and_serves_the_new_step(served, vllm_server
     assert "trained@2" in served_names and "trained@1" not in served_names
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 async def test_dead_server_is_reported_and_restarted(served, vllm_server):
     backend, model = served
     os.kill(vllm_server.pid, signal.SIGKILL)  # the API process dies; its engine process is an orphan now

@@ -39,6 +39,7 @@ def _running(proc: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 @pytest.mark.vllm
 def test_sigkill_of_the_parent_ends_the_server_engine_and_workers(tiny_model_path, tmp_path):
     log = str(tmp_path / "server.log")

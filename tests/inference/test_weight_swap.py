@@ -74,6 +74,7 @@ def _server(tmp_path, model: str, name: str, swap: bool) -> VLLMServer:
     return VLLMServer(config)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 def test_a_swapped_step_answers_as_its_adapter_and_older_steps_swap_back_on_demand(tiny_model_path, tmp_path):
     storage = Storage(str(tmp_path / "art"))
     adapter = write_checkpoint(storage, "proj", "swap-agent", 1, tiny_model_path, seed=3)

@@ -107,6 +107,7 @@ def _cli(args: list[str], env: dict, timeout: float = 300) -> str:
     return r.stdout
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 @pytest.mark.vllm
 def test_deploy_from_prefect_yaml_trigger_with_parameters_and_nightly_schedule(
     prefect_api, tmp_path, tiny_model_path, vllm_endpoint

@@ -37,6 +37,7 @@ def train_records(root: str, project: str, name: str) -> list[int]:
     return [r["step"] for r in ModelStore(root, project, name).read_history() if "train/reward" in r]
 
 
+@pytest.mark.slow  # a minute or more on 2 cores (make test hands slow files out first)
 def test_lora_rank_16_trains_three_steps_sampling_each_new_adapter_and_sleeping_its_server(
     prefect_api, tmp_path, tiny_model_path, monkeypatch
 ):

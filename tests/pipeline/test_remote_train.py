@@ -98,6 +98,7 @@ def _child_runs(client, deployment_id) -> list:
     return client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])))
 
 
+@pytest.mark.slow  # a Prefect worker, moto and vLLM (make test hands slow files out first)
 @pytest.mark.vllm
 def test_train_step_runs_on_the_gpu_pool_worker_with_storage_on_s3(
     gpu_worker, s3_root, tiny_model_path, vllm_endpoint, monkeypatch

@@ -86,6 +86,7 @@ def runs(tiny_model_path, tmp_path_factory):
     return store, results
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_a_two_rank_step_equals_the_one_process_step(runs):
     store, results = runs
     one, two = results["one"][0].metrics, results["two"][0].metrics
@@ -144,6 +145,7 @@ def _sft(model: str, store: Storage, name: str, step: int, ranks: int, shard_bas
     )
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_a_two_rank_sft_step_equals_the_one_process_step_and_resumes_on_one(tiny_model_path, tmp_path):
     """SFT splits each batch's conversations over the ranks as GRPO splits a mini-batch's sequences."""
     from art_core.training.session import clear_model_cache
@@ -168,6 +170,7 @@ def test_a_two_rank_sft_step_equals_the_one_process_step_and_resumes_on_one(tiny
     clear_model_cache()
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_torchrun_trains_the_same_step(runs, tiny_model_path):
     """`torchrun -m art_core.training.torchrun_step` on 2 CPU processes writes the 1-process step's adapter."""
     store, _ = runs
@@ -255,6 +258,7 @@ def ray_cluster():
     shutdown_ray()
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_a_two_rank_step_on_ray_actors_equals_the_one_process_step(runs, ray_cluster, tiny_model_path):
     store, results = runs
     ray = train_grpo_step(

@@ -50,6 +50,7 @@ def runs(tiny_model_path, tmp_path_factory):
     return store, results
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_a_sharded_two_rank_step_equals_the_one_process_step(runs):
     store, results = runs
     one, two = results["one"][0].metrics, results["sharded"][0].metrics
@@ -68,6 +69,7 @@ def test_a_sharded_checkpoint_resumes_on_one_process(runs):
     _assert_same(_files(store, "one", 2)[0], _files(store, "sharded", 2)[0])
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_a_sharded_two_rank_sft_step_equals_the_one_process_step(tiny_model_path, tmp_path):
     """SFT's batches over ranks with the base sharded: ranks run as many passes as the busiest, same adapter."""
     import tests.training.test_distributed as dp
@@ -119,6 +121,7 @@ def load_sharded_and_check(base_model: str) -> dict:
     return {"reads": reads_all, "wrong": wrong_all, "lora_same": lora_high == 2 * lora, "sharded": sharded_all}
 
 
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
 def test_only_rank_0_reads_a_sharded_base_and_every_rank_gets_its_weights(tiny_model_path):
     """The other ranks build the model on the meta device and receive their shards, the buffers and the seeded
     LoRA from rank 0: host memory holds the weights once per node, not once per rank."""
