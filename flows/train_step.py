@@ -12,15 +12,20 @@ the rollouts' URI, the step, the train settings.
 
 Like the in-process step it is idempotent by the checkpoint: a run whose checkpoint already exists trains
 nothing and ends `Cached`, so the caller can tell a trained step from a skipped one by the state's name.
+A step whose `config.ranks` outnumber the GPUs this worker sees fails at once, naming the deployment.
 """
 
 from __future__ import annotations
 
+import socket
+
 from prefect import flow
+from prefect.runtime import deployment
 from prefect.states import Completed
 
 from art_core.store import ModelRef
 from art_core.training.config import TrainConfig
+from art_core.training.distributed import refuse_ranks_beyond_gpus
 from art_pipeline.flows.lifetime import guard_temporary_server
 from art_pipeline.tasks.specs import TrainStepResult
 from art_pipeline.tasks.train import train_step
@@ -36,6 +41,8 @@ def train_step_flow(ref: ModelRef, scored_uri: str, step: int, config: TrainConf
     ...                 TrainConfig(learning_rate=2e-3))          # doctest: +SKIP
     """
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
+    if config.ranks > 1 and config.ranks_on == "local":
+        _refuse_too_few_gpus(config, step)
     # No inference_url: a vLLM server on this worker is not ours to put to sleep (it serves other runs).
     state = train_step(ref, scored_uri, step, config, return_state=True)
     result: TrainStepResult = state.result()
@@ -43,3 +50,18 @@ def train_step_flow(ref: ModelRef, scored_uri: str, step: int, config: TrainConf
         # The flow run's own state says it, so the caller on another machine reads it from the API.
         return Completed(name="Cached", data=result, message=state.message)
     return result
+
+
+def _refuse_too_few_gpus(config: TrainConfig, step: int) -> None:
+    """The trainer's own GPU check, made before the rollouts are read and naming where the step was sent: the
+    caller on another machine reads this message from the flow run's state."""
+    try:
+        refuse_ranks_beyond_gpus(config.ranks)
+    except ValueError as e:
+        name = deployment.name  # read from the API: only on this path
+        where = f"deployment 'train-step/{name}'" if name else "this flow run (no deployment)"
+        raise ValueError(
+            f"train step {step + 1} sent to {where}, worker on {socket.gethostname()}: {e}. Give the pool's "
+            f"workers {config.ranks} GPUs for train steps (scripts/launch-cluster.sh --train-ranks {config.ranks}) "
+            "or lower train.ranks"
+        ) from None

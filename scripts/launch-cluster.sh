@@ -6,6 +6,7 @@
 #   export ART_STORAGE_ROOT=s3://my-bucket/art PREFECT_API_URL=https://prefect.example.com/api \
 #          AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... ART_INFERENCE_API_KEY=...
 #   scripts/launch-cluster.sh --name art-gpu-1 --base-model Qwen/Qwen2.5-7B-Instruct --max-hours 12
+#   scripts/launch-cluster.sh --name art-gpu-8 --base-model Qwen/Qwen2.5-7B-Instruct --train-ranks 7  # H100:8
 #
 # Settings missing from the environment are taken from ./.env (or --env-file). SkyPilot runs from .venv-sky
 # (`make sky`), or $SKY, or `sky` on PATH. docs/clusters.md: pointing runs at the node, stopping it, VS Code.
@@ -26,6 +27,10 @@ Options:
   --base-model MODEL    hub id or path the replica serves: the runs' base_model (or ART_BASE_MODEL)
   --name NAME           cluster name (default: art-gpu); also the ssh host VS Code connects to
   --gpus SPEC           accelerators, e.g. H100:1 or A100:1 (default: the task file's H100 or A100-80GB)
+  --train-ranks N       size the node for train steps of N GPUs (train.ranks up to N): N+1 GPUs, the replica
+                        on one of its own and the worker on exactly N
+  --gpu-type TYPE       with --train-ranks: the GPU to ask for, e.g. A100-80GB or L40S (default: H100)
+  --replica-shares      with --train-ranks: N GPUs, the replica sharing the first with the step's rank 0
   --infra INFRA         where to launch: aws, gcp/us-central1, k8s/my-context ... (default: SkyPilot picks)
   --use-spot            spot instances: cheaper, may be preempted
   --max-hours H         tear the node down H hours after launch, whatever runs (SkyPilot autodown)
@@ -48,18 +53,21 @@ EOF
 die() { echo "launch-cluster: $*" >&2; exit 2; }
 
 NAME="art-gpu" GPUS="" INFRA="" SPOT=0 MAX_HOURS="" REPLICA_ARGS="" DRY_RUN=0 YES=0 ENV_FILE=".env"
+TRAIN_RANKS="" GPU_TYPE="" REPLICA_GPU="own"
 BASE_MODEL="${ART_BASE_MODEL:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
-    --base-model|--name|--gpus|--infra|--max-hours|--replica-args|--env-file)
+    --base-model|--name|--gpus|--train-ranks|--gpu-type|--infra|--max-hours|--replica-args|--env-file)
       [ $# -ge 2 ] || die "$1 needs a value (see --help)"
       case "$1" in
         --base-model) BASE_MODEL="$2" ;; --name) NAME="$2" ;; --gpus) GPUS="$2" ;;
+        --train-ranks) TRAIN_RANKS="$2" ;; --gpu-type) GPU_TYPE="$2" ;;
         --infra) INFRA="$2" ;; --max-hours) MAX_HOURS="$2" ;; --replica-args) REPLICA_ARGS="$2" ;;
         --env-file) ENV_FILE="$2"; [ -f "$ENV_FILE" ] || die "--env-file '$ENV_FILE' does not exist" ;;
       esac
       shift 2 ;;
+    --replica-shares) REPLICA_GPU=shared; shift ;;
     --use-spot) SPOT=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
     -y|--yes) YES=1; shift ;;
@@ -113,6 +121,20 @@ done
 if [ -n "$MAX_HOURS" ]; then
   [[ "$MAX_HOURS" =~ ^[1-9][0-9]*$ ]] || die "--max-hours '$MAX_HOURS' is not a whole number of hours"
 fi
+# --train-ranks N: the node's GPU count follows from N, and the task's run script gives the worker exactly N.
+if [ -n "$TRAIN_RANKS" ]; then
+  [[ "$TRAIN_RANKS" =~ ^[1-9][0-9]*$ ]] \
+    || die "--train-ranks '$TRAIN_RANKS' is not a whole number of GPUs (1 or more): the train steps' train.ranks"
+  [ -z "$GPUS" ] || die "--gpus and --train-ranks both set the node's GPUs: give --train-ranks N (and --gpu-type)" \
+                         "or --gpus TYPE:COUNT alone"
+  GPU_TYPE="${GPU_TYPE:-H100}"
+  [[ "$GPU_TYPE" =~ ^[A-Za-z0-9][-A-Za-z0-9_.]*$ ]] \
+    || die "--gpu-type '$GPU_TYPE' is not a GPU type such as H100 or A100-80GB (--train-ranks gives the count)"
+  if [ "$REPLICA_GPU" = own ]; then GPUS="$GPU_TYPE:$((TRAIN_RANKS + 1))"; else GPUS="$GPU_TYPE:$TRAIN_RANKS"; fi
+else
+  [ -z "$GPU_TYPE" ] || die "--gpu-type goes with --train-ranks N; without it give --gpus $GPU_TYPE:COUNT"
+  [ "$REPLICA_GPU" = own ] || die "--replica-shares goes with --train-ranks N (the GPUs of one train step)"
+fi
 
 SKY="${SKY:-}"
 if [ -z "$SKY" ]; then
@@ -121,7 +143,8 @@ if [ -z "$SKY" ]; then
   else die "SkyPilot is not installed: run \`make sky\` (it builds .venv-sky)"; fi
 fi
 
-export ART_BASE_MODEL="$BASE_MODEL" ART_REPLICA_ARGS="$REPLICA_ARGS"
+export ART_BASE_MODEL="$BASE_MODEL" ART_REPLICA_ARGS="$REPLICA_ARGS" ART_TRAIN_RANKS="$TRAIN_RANKS" \
+       ART_REPLICA_GPU="$REPLICA_GPU"
 # `--env NAME` / `--secret NAME` take the value from this environment: no secret on the command line.
 args=(launch -c "$NAME" "$TASK" -d
       --env ART_STORAGE_ROOT --env PREFECT_API_URL --env ART_BASE_MODEL --env ART_REPLICA_ARGS
@@ -131,6 +154,7 @@ for key in PREFECT_API_KEY PREFECT_API_AUTH_STRING HF_TOKEN WANDB_API_KEY; do
   [ -z "${!key:-}" ] || args+=(--secret "$key")
 done
 [ -z "$GPUS" ] || args+=(--gpus "$GPUS")
+[ -z "$TRAIN_RANKS" ] || args+=(--env ART_TRAIN_RANKS --env ART_REPLICA_GPU)
 [ -z "$INFRA" ] || args+=(--infra "$INFRA")
 [ "$SPOT" = 0 ] || args+=(--use-spot)
 # --wait-for none: the deadline holds although the worker and the replica keep the job running forever.
@@ -142,9 +166,12 @@ done
 [ "$DRY_RUN" = 0 ] || exit 0
 
 ip="$("$SKY" status --ip "$NAME" 2>/dev/null || echo '<sky status --ip '"$NAME"'>')"
+steps=""
+[ -z "$TRAIN_RANKS" ] || steps="
+Each train step gets the worker's $TRAIN_RANKS GPU(s): runs may set train.ranks up to $TRAIN_RANKS."
 cat <<EOF
 
-Node '$NAME' is up; the replica loads $BASE_MODEL (minutes) while the worker polls work pool art-gpu.
+Node '$NAME' is up; the replica loads $BASE_MODEL (minutes) while the worker polls work pool art-gpu.$steps
   replica URL for scale.inference_urls:  http://$ip:$PORT/v1
   follow it:                             sky logs $NAME
   VS Code / ssh:                         ssh $NAME

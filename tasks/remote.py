@@ -6,7 +6,7 @@
 
 The flow that calls it waits on it like on the in-process `train_step`: same run name ("train step N"),
 same TrainStepResult, `Cached` when nothing was trained. The child flow run (flows/train_step.py) is
-linked under this task in the UI. Everything crosses machines through storage: the child reads the
+linked under this task in the UI and tagged with its GPU ask (`gpus:N`, N = `config.ranks`). Everything crosses machines through storage: the child reads the
 step's scored rollouts and writes checkpoint `step + 1` and its history record; this task builds its
 result from what storage then holds, not from a return value that would have to travel between machines.
 A step whose checkpoint already exists is not sent to the pool at all, so a resumed run does not queue
@@ -151,11 +151,12 @@ def train_step_remotely(
         )
     child = _start(deployment, ref, scored_uri, step, config)
     log.info(
-        "step %d: flow run %r of %s on work pool %r; waiting for it",
+        "step %d: flow run %r of %s on work pool %r (%s); waiting for it",
         target,
         child.name,
         deployment,
         child.work_pool_name,
+        gpu_ask(config),
     )
     child = _wait(child, poll_seconds, log)
     state = child.state
@@ -192,6 +193,16 @@ def train_step_remotely(
     return train_step_state(result, store, t0, message=state.message)
 
 
+def gpu_ask(config: TrainConfig) -> str:
+    """The flow run's tag for the GPUs its step needs, shown in the UI's run list: `gpus:N` for N local ranks
+    (the worker side refuses the step if it sees fewer GPUs), `ray-ranks:N` when Ray places them elsewhere.
+
+    >>> gpu_ask(TrainConfig(ranks=4))
+    'gpus:4'
+    """
+    return f"gpus:{config.ranks}" if config.ranks_on == "local" else f"ray-ranks:{config.ranks}"
+
+
 def _start(deployment: str, ref: ModelRef, scored_uri: str, step: int, config: TrainConfig) -> Any:
     """Create the child flow run, linked under the current task run (the UI nests it there)."""
     from prefect.deployments import run_deployment
@@ -208,7 +219,7 @@ def _start(deployment: str, ref: ModelRef, scored_uri: str, step: int, config: T
         parameters=parameters,
         timeout=0,
         as_subflow=True,
-        tags=["art", "train-step"],
+        tags=["art", "train-step", gpu_ask(config)],
         flow_run_name=f"{ref.project}-{ref.model}-step-{step + 1}",
     )
 

@@ -213,7 +213,8 @@ class TrainConfig(BaseModel):
         description="Processes one train step runs on, data parallel: one per GPU (gloo processes on CPU). Each "
         "trains a share of the step's sequences, LoRA gradients are summed, so loss, gradients and checkpoint "
         "equal the 1-rank step's; checkpoints resume on any number of ranks. >1 spawns that many local workers "
-        "per step; under torchrun, WORLD_SIZE sets it. The GPU work pool and the SkyPilot task ask for this many GPUs.",
+        "per step; under torchrun, WORLD_SIZE sets it. A step sent to a GPU work pool is tagged gpus:N and fails at "
+        "once on a worker that sees fewer GPUs; scripts/launch-cluster.sh --train-ranks N sizes the SkyPilot node.",
     )
     ranks_on: Literal["local", "ray"] = Field(
         "local",

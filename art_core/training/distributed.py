@@ -430,14 +430,26 @@ def step_on_ranks(target: str, config: Any, step_kwargs: dict[str, Any]):
     rank 0's TrainResult."""
     from art_core.training.result import TrainResult
 
-    import torch
-
     world = config.ranks
     if config.ranks_on == "ray":
         return TrainResult.model_validate_json(run_on_ray_ranks(world, target, step_kwargs))
-    gpus = torch.cuda.device_count()
-    if gpus and world > gpus:
-        raise ValueError(
-            f"TrainConfig.ranks is {world} but {gpus} GPU(s) are visible here (CUDA_VISIBLE_DEVICES): one rank a GPU"
-        )
+    refuse_ranks_beyond_gpus(world)
     return TrainResult.model_validate_json(run_on_ranks(world, target, step_kwargs))
+
+
+def refuse_ranks_beyond_gpus(ranks: int) -> None:
+    """Raise ValueError when `ranks` local ranks would outnumber the GPUs visible here (one rank a GPU). With no
+    GPU visible the ranks are CPU processes (gloo), any number of them.
+
+    >>> refuse_ranks_beyond_gpus(8)   # on a node whose CUDA_VISIBLE_DEVICES lists 4   # doctest: +SKIP
+    ValueError: TrainConfig.ranks is 8 but 4 GPU(s) are visible here (CUDA_VISIBLE_DEVICES=0,1,2,3): one rank a GPU
+    """
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus and ranks > gpus:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        raise ValueError(
+            f"TrainConfig.ranks is {ranks} but {gpus} GPU(s) are visible here (CUDA_VISIBLE_DEVICES={visible}): "
+            "one rank a GPU"
+        )

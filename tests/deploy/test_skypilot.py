@@ -7,6 +7,8 @@ What is checked with SkyPilot's own code: its task loader (`sky.Task.from_yaml_c
 the null envs a launch must be given, the secrets split into given and required) and the workdir check a
 launch makes on the client; its launch-time refusal of required secrets nobody gave; and its CLI, which
 parses every flag the script passes and the task with the given values before it contacts its API server.
+For `--train-ranks N` the script's `sky launch` runs SkyPilot's own CLI up to the call that would send the
+task to its API server, which reports the GPUs and envs the node would get instead.
 
 What cannot be checked here: SkyPilot's dry run (`sky launch --dryrun`, the script's --dry-run). In 0.14
 it runs on the API server, whose validation and optimizer need SkyPilot's catalog of instances and
@@ -80,6 +82,23 @@ for case in json.loads(sys.argv[2]):
     except Exception as e:
         out.append({"error": f"{type(e).__name__}: {e}"})
 print(json.dumps(out))
+"""
+
+
+# Runs in .venv-sky as the `sky` the script calls: SkyPilot's CLI parses the script's flags and builds the task
+# from the task file (its loader, then --gpus and --env applied); where the CLI would send that task to its API
+# server (sdk.launch), this prints what the node would be launched with.
+CLI_UNTIL_LAUNCH = r"""
+import json, sys
+from sky.client import sdk
+from sky.client.cli import command
+
+def launch(task, **kwargs):
+    print("LAUNCH " + json.dumps({"accelerators": [r.accelerators for r in task.resources], "envs": task.envs}))
+    sys.exit(0)
+
+sdk.launch = launch
+command.cli(sys.argv[1:], prog_name="sky")
 """
 
 
@@ -209,7 +228,8 @@ GOOD = {**REQUIRED_ENVS, **REQUIRED_SECRETS}
 def test_help_names_every_required_setting_and_how_to_stop(tmp_path):
     proc = run_script(tmp_path, "--help")
     assert proc.returncode == 0
-    for word in ["--base-model", "--dry-run", "--max-hours", "sky down", *REQUIRED_ENVS, *REQUIRED_SECRETS]:
+    words = ["--base-model", "--dry-run", "--max-hours", "--train-ranks", "--replica-shares", "sky down"]
+    for word in [*words, *REQUIRED_ENVS, *REQUIRED_SECRETS]:
         assert word in proc.stdout, word
 
 
@@ -230,6 +250,14 @@ def test_help_names_every_required_setting_and_how_to_stop(tmp_path):
         (["--max-hours", "0"], [], {}, "--max-hours '0'"),
         (["--gpus"], [], {}, "--gpus needs a value"),
         (["--spot"], [], {}, "unknown argument '--spot'"),
+        (["--train-ranks", "0"], [], {}, "--train-ranks '0' is not a whole number of GPUs"),
+        (["--train-ranks", "2.5"], [], {}, "--train-ranks '2.5' is not a whole number of GPUs"),
+        (["--train-ranks", "seven"], [], {}, "--train-ranks 'seven' is not a whole number of GPUs"),
+        (["--train-ranks"], [], {}, "--train-ranks needs a value"),
+        (["--train-ranks", "7", "--gpus", "H100:8"], [], {}, "--gpus and --train-ranks both set the node's GPUs"),
+        (["--train-ranks", "7", "--gpu-type", "H100:8"], [], {}, "--gpu-type 'H100:8' is not a GPU type"),
+        (["--gpu-type", "A100"], [], {}, "--gpu-type goes with --train-ranks N; without it give --gpus A100:COUNT"),
+        (["--replica-shares"], [], {}, "--replica-shares goes with --train-ranks N"),
     ],
 )
 def test_script_refuses_bad_input_before_calling_sky(tmp_path, args, unset, changed, message):
@@ -304,3 +332,34 @@ def test_dry_run_command_passes_skypilots_cli(tmp_path, closed_port):
     assert proc.returncode != 0
     for rejection in ["No such option", "Invalid task YAML", "ValueError", "is None"]:
         assert rejection not in out, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    "args, accelerators, envs",
+    [
+        # ART's dedicated mode: the replica's GPU and 7 for each train step.
+        (["--train-ranks", "7"], [{"H100": 8}], {"ART_TRAIN_RANKS": "7", "ART_REPLICA_GPU": "own"}),
+        (
+            ["--train-ranks", "4", "--gpu-type", "A100-80GB", "--replica-shares"],
+            [{"A100-80GB": 4}],
+            {"ART_TRAIN_RANKS": "4", "ART_REPLICA_GPU": "shared"},
+        ),
+        # No ask: the task file's one GPU of either type, and the run script's split by count.
+        ([], [{"H100": 1}, {"A100-80GB": 1}], {"ART_TRAIN_RANKS": "", "ART_REPLICA_GPU": "own"}),
+    ],
+)
+def test_train_ranks_size_the_node_through_skypilots_cli(tmp_path, closed_port, args, accelerators, envs):
+    """What `sky launch` would provision for the script's flags: SkyPilot's CLI and loader build the task, and
+    the task's GPUs and the envs its run script splits them by are read where it would go to the API server."""
+    (tmp_path / "cli.py").write_text(CLI_UNTIL_LAUNCH)
+    sky = tmp_path / "sky"
+    sky.write_text(f'#!/bin/sh\nexec "{SKY_PY}" "{tmp_path / "cli.py"}" "$@"\n')
+    sky.chmod(0o755)
+    proc = run_script(tmp_path, *args, "--dry-run", "-y", api_port=closed_port, SKY=str(sky), **GOOD)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("LAUNCH ")]
+    task = json.loads(line.removeprefix("LAUNCH "))
+    # The task file's two alternatives (H100 or A100-80GB) both take --gpus' type and count.
+    assert {json.dumps(a) for a in task["accelerators"]} == {json.dumps(a) for a in accelerators}
+    assert {k: task["envs"][k] for k in envs} == envs
+    assert task["envs"]["ART_BASE_MODEL"] == GOOD["ART_BASE_MODEL"]
