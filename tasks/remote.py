@@ -6,9 +6,10 @@
 
 The flow that calls it waits on it like on the in-process `train_step`: same run name ("train step N"),
 same TrainStepResult, `Cached` when nothing was trained. The child flow run (flows/train_step.py) is
-linked under this task in the UI and tagged with its GPU ask (`gpus:N`, N = `config.ranks`). Everything crosses machines through storage: the child reads the
-step's scored rollouts and writes checkpoint `step + 1` and its history record; this task builds its
-result from what storage then holds, not from a return value that would have to travel between machines.
+linked under this task in the UI and tagged with its GPU ask (`gpus:N`, N = `config.ranks`). Everything
+crosses machines through storage: the child reads the step's scored rollouts and writes checkpoint `step + 1`
+and its history record; this task builds its result from what storage then holds, not from a return value
+that would have to travel between machines.
 A step whose checkpoint already exists is not sent to the pool at all, so a resumed run does not queue
 behind other runs' steps on the GPU only to find its work done.
 """
