@@ -10,7 +10,8 @@ dropped:
         _internal_config=art.dev.InternalModelConfig(
             init_args=art.dev.InitArgs(max_seq_length=8192),          # -> TrainConfig.max_seq_len
             engine_args=art.dev.EngineArgs(enforce_eager=True),       # -> vLLM --enforce-eager
-            peft_args=art.dev.PeftArgs(r=8, lora_alpha=16)))          # -> lora_rank, lora_alpha
+            peft_args=art.dev.PeftArgs(r=8, lora_alpha=16),           # -> lora_rank, lora_alpha
+            trainer_gpu_ids=[0], inference_gpu_ids=[1]))              # -> ranks 1; vLLM on GPU 1 (gpu_split)
 
 The table of every name is in docs/art-compatibility.md.
 """
@@ -251,11 +252,57 @@ def train_overrides(options: Mapping[str, Any] | None, where: str = "train confi
     return out
 
 
+GPU_KEYS = ("trainer_gpu_ids", "inference_gpu_ids")
+
+
+def gpu_split(internal: Mapping[str, Any] | None) -> tuple[list[int], list[int]] | None:
+    """ART's dedicated mode, checked: (trainer_gpu_ids, inference_gpu_ids), or None when neither is given.
+
+    Ids count the GPUs this process sees. The trainer's must be 0..n-1, as in ART: rank 0 trains in this process
+    on cuda:0 and rank r on cuda:r, so they set TrainConfig.ranks = n. The server gets the inference ids
+    (ServerOptions.gpu_ids). Unlike ART, the two may overlap: the server then sleeps while a step trains.
+
+        >>> gpu_split({"trainer_gpu_ids": [0, 1], "inference_gpu_ids": [2]})
+        ([0, 1], [2])
+    """
+    given = [k for k in GPU_KEYS if k in (internal or {})]
+    if not given:
+        return None
+    if len(given) == 1:
+        other = GPU_KEYS[1 - GPU_KEYS.index(given[0])]
+        raise ValueError(
+            f"_internal_config sets {given[0]} without {other}: ART's dedicated mode needs both (e.g. "
+            "trainer_gpu_ids=[0], inference_gpu_ids=[1]); set both, or neither to share every GPU"
+        )
+    ids: dict[str, list[int]] = {}
+    for key in GPU_KEYS:
+        value = internal[key]  # type: ignore[index]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in value):
+            raise ValueError(f"_internal_config.{key}={value!r}: give a list of GPU ids (numbers from 0)")
+        if not value:
+            raise ValueError(f"_internal_config.{key} is empty: name at least one GPU (e.g. [0]), or drop both ids")
+        if len(set(value)) != len(value):
+            raise ValueError(f"_internal_config.{key}={list(value)} names a GPU twice: list each GPU once")
+        ids[key] = list(value)
+    trainer = ids["trainer_gpu_ids"]
+    if trainer != list(range(len(trainer))):
+        raise ValueError(
+            f"_internal_config.trainer_gpu_ids={trainer}: the trainer's GPUs must be 0..n-1 (e.g. [0] or [0, 1]), "
+            "as in ART: rank 0 trains in this process on cuda:0. Put the server on the other GPUs with "
+            "inference_gpu_ids, or reorder the GPUs with CUDA_VISIBLE_DEVICES"
+        )
+    return trainer, ids["inference_gpu_ids"]
+
+
 def model_train_overrides(internal: Mapping[str, Any] | None) -> dict[str, Any]:
-    """TrainConfig fields from `_internal_config`'s init_args, peft_args and trainer_args (run_name excluded)."""
+    """TrainConfig fields from `_internal_config`'s init_args, peft_args and trainer_args (run_name excluded), and
+    `ranks` from trainer_gpu_ids (one rank a GPU)."""
     if not internal:
         return {}
     out: dict[str, Any] = {}
+    split = gpu_split(internal)
+    if split is not None:
+        out["ranks"] = len(split[0])
     init = dict(internal.get("init_args") or {})
     if "max_seq_length" in init:
         out.update(train_overrides({"max_seq_length": init.pop("max_seq_length")}))
@@ -263,11 +310,11 @@ def model_train_overrides(internal: Mapping[str, Any] | None) -> dict[str, Any]:
     out.update(train_overrides(internal.get("peft_args"), "_internal_config.peft_args"))
     trainer = {k: v for k, v in (internal.get("trainer_args") or {}).items() if k != "run_name"}
     out.update(train_overrides(trainer, "_internal_config.trainer_args"))
-    others = set(internal) - {"init_args", "engine_args", "peft_args", "trainer_args"}
+    others = set(internal) - {"init_args", "engine_args", "peft_args", "trainer_args", *GPU_KEYS}
     warn_unsupported(
         "_internal_config",
         unused + sorted(others),
-        "Unsloth/TRL/multi-GPU settings with no counterpart in art_core; ignored",
+        "Unsloth/TRL/torchtune/Tinker settings with no counterpart in art_core; ignored",
     )
     return out
 
@@ -287,7 +334,11 @@ def server_overrides(internal: Mapping[str, Any] | None) -> dict[str, Any]:
         **{k: v for k, v in (internal.get("init_args") or {}).items() if k in SERVER_KEYS},
         **dict(internal.get("engine_args") or {}),
     }
-    return engine_to_server(engine, "_internal_config.engine_args")
+    out = engine_to_server(engine, "_internal_config.engine_args")
+    split = gpu_split(internal)
+    if split is not None:
+        out["gpu_ids"] = split[1]  # the server's CUDA_VISIBLE_DEVICES (and tensor parallel size)
+    return out
 
 
 def engine_to_server(engine: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -338,6 +389,7 @@ __all__ = [
     "TrainConfig",
     "TrainerArgs",
     "get_model_config",
+    "gpu_split",
     "model_train_overrides",
     "openai_server_overrides",
     "server_overrides",
@@ -361,10 +413,28 @@ def resolve_train_config(
     elif not isinstance(config, TrainConfig):  # a dict, or another pydantic model with ART's field names
         raw = config.model_dump(exclude_unset=True) if hasattr(config, "model_dump") else dict(config)
         config = TrainConfig(**train_overrides(raw, "TrainConfig"))
+    internal = getattr(model, "_internal_config", None)
     values = {
-        **model_train_overrides(getattr(model, "_internal_config", None)),
+        **model_train_overrides(internal),
         **config.model_dump(include=config.model_fields_set),
         **train_overrides(_config, "_config"),
         **train_overrides(options, "backend.train"),
     }
+    split = gpu_split(internal)
+    if split is not None:
+        _check_ranks_on_trainer_gpus(split[0], values)
     return TrainConfig(**values)
+
+
+def _check_ranks_on_trainer_gpus(trainer: list[int], values: Mapping[str, Any]) -> None:
+    """A train config that contradicts `_internal_config.trainer_gpu_ids` (one rank a trainer GPU) is refused."""
+    if values.get("ranks", len(trainer)) != len(trainer):
+        raise ValueError(
+            f"ranks={values['ranks']} but _internal_config.trainer_gpu_ids={trainer} trains on {len(trainer)} GPU(s), "
+            f"one rank each: drop ranks (the ids set it) or make it {len(trainer)}"
+        )
+    if values.get("ranks_on", "local") != "local":
+        raise ValueError(
+            f"ranks_on={values['ranks_on']!r} lets Ray place the step's ranks, but _internal_config.trainer_gpu_ids="
+            f"{trainer} places them on this machine's GPUs: drop one of them"
+        )

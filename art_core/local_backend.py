@@ -15,7 +15,10 @@ Registering a TrainableModel takes its lease (art_core.lease) before any server 
 training the same project/model in the same storage is refused, naming the run that holds it; close()
 releases it. `LocalBackend(read_only=True)` serves and evaluates without a lease, and refuses to train.
 
-On a CUDA machine the server sleeps while the trainer holds the GPU, and wakes after.
+On a CUDA machine the server sleeps while the trainer holds the GPU, and wakes after. ART's dedicated mode
+splits the GPUs instead: `_internal_config={"trainer_gpu_ids": [0], "inference_gpu_ids": [1]}` starts the
+server on GPU 1 (its CUDA_VISIBLE_DEVICES), trains on GPU 0 (`TrainConfig.ranks` = the trainer ids' number),
+and the server keeps serving while a step trains (art_core.dev.gpu_split, art_core.serving.sleeps_for_training).
 
 It is one front door to the engine the Prefect pipeline also uses: servers, names and adapters come
 from art_core.serving, the layout and model.json from art_core.store, and a step is trained and recorded
@@ -32,7 +35,8 @@ from typing import Any, Callable
 
 from art_core.adapters import adapter_rank, local_adapter
 from art_core.backend import Backend, TrainResult
-from art_core.dev import resolve_train_config
+from art_core.dev import gpu_split, resolve_train_config
+from art_core.gpus import check_gpu_ids
 from art_core.inference.lora import AdapterManager
 from art_core.inference.server import ServerConfig, ServerError, VLLMServer
 from art_core.lease import ModelLease, acquire_model_lease
@@ -148,6 +152,9 @@ class LocalBackend(Backend):
                 f"LocalBackend serves TrainableModels (a base model plus LoRA steps); {model.name!r} is a plain "
                 "Model. Give it inference_base_url/inference_model_name of a hosted model instead."
             )
+        split = gpu_split(model._internal_config)  # ART's dedicated mode: refused here before any server starts
+        if split is not None:
+            check_gpu_ids(split[0], "_internal_config.trainer_gpu_ids")
         key = (model.project, model.name)
         async with self._lock:
             other_run = self._models.get(key)
@@ -237,6 +244,8 @@ class LocalBackend(Backend):
         False when that server already runs."""
         if self._pool.servers(base_model):
             return False
+        if settings.get("gpu_ids") is not None:  # before the settings stick: a refused placement leaves none
+            check_gpu_ids(settings["gpu_ids"], "_internal_config.inference_gpu_ids")
         target = self._pool.overrides
         extra = list(target.get("extra_args", [])) + list(settings.get("extra_args", []))
         target.update({k: v for k, v in settings.items() if k != "extra_args"})

@@ -9,7 +9,8 @@ model is served the same way whichever door trained it:
 - a server's `max_lora_rank` follows the run's LoRA rank (rounded up to a rank vLLM accepts); a running
   server whose limit is too small is restarted with a larger one (same port and key);
 - on CUDA a server started here leaves the trainer room (`gpu_memory_utilization` 0.6) and sleeps while
-  it trains (`art_core.step.train_and_record`).
+  it trains (`art_core.step.train_and_record`), unless `gpu_ids` gives it GPUs the trainer does not use
+  (ART's dedicated mode: `sleeps_for_training`); then it takes vLLM's own share and keeps serving.
 
     pool = ServerPool()                                      # LocalBackend owns one; tasks use PROCESS_POOL
     server = pool.get("/models/tiny", max_lora_rank=16)      # started once, reused afterwards
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,9 @@ from art_core.inference.server import (
 )
 from art_core.settings import get_settings
 from art_core.store import same_base_model
+
+if TYPE_CHECKING:
+    from art_core.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +147,12 @@ def server_config(
     `fields` win, except that max_lora_rank never drops below what the adapters need."""
     overrides = {**(overrides or {}), **fields}
     rank = max(max_lora_rank, int(overrides.pop("max_lora_rank", None) or 1))
+    gpu_ids = overrides.get("gpu_ids")
     fields = {
         "served_model_name": base_served_name(base_model),
-        "gpu_memory_utilization": TRAINING_GPU_SHARE,
+        # The trainer keeps its model on GPU 0 between steps (rank 0 trains in this process): a server there
+        # leaves it room; one on GPUs of its own takes vLLM's own share.
+        **({"gpu_memory_utilization": TRAINING_GPU_SHARE} if gpu_ids is None or 0 in gpu_ids else {}),
         **overrides,
         "max_lora_rank": server_lora_rank(rank),
     }
@@ -215,6 +222,7 @@ class ServerPool:
             if server is None:
                 overrides = {**self.overrides, **wanted}
                 server = VLLMServer(server_config(base_model, max_lora_rank=max_lora_rank, overrides=overrides))
+                server.check_gpus()  # a refused placement leaves nothing in the pool
                 self._servers[key] = server
                 self._owned.add(id(server))
                 server.start()
@@ -284,6 +292,27 @@ def _options_dict(options: "ServerOptions | dict[str, Any] | None") -> dict[str,
     if isinstance(options, dict):
         return dict(options)
     return options.model_dump(exclude_unset=True)
+
+
+def trainer_gpus(config: "TrainConfig") -> set[int] | None:
+    """The GPUs (as this process numbers them) a train step with `config` takes on this machine: rank r trains on
+    cuda:r, so 0..ranks-1; None when Ray places the ranks (any GPU of the node may be one).
+
+    >>> trainer_gpus(TrainConfig(ranks=2))                     # doctest: +SKIP
+    {0, 1}
+    """
+    return None if config.ranks_on == "ray" else set(range(config.ranks))
+
+
+def sleeps_for_training(server: "VLLMServer", config: "TrainConfig") -> bool:
+    """Whether `server` must sleep while a step with `config` trains in this process: yes when they may share a
+    GPU (the server's gpu_ids unset, or meeting the trainer's GPUs); no on GPUs of its own, where it keeps serving.
+
+    >>> sleeps_for_training(server_on([1]), TrainConfig(ranks=1))    # GPU 1 vs the trainer's GPU 0   # doctest: +SKIP
+    False
+    """
+    ids, trainer = server.config.gpu_ids, trainer_gpus(config)
+    return ids is None or trainer is None or bool(trainer & set(ids))
 
 
 def servers_sharing(

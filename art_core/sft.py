@@ -163,8 +163,9 @@ def sft_and_record(
     servers: Iterable[Any] = (),
 ) -> "TrainResult":
     """Train checkpoint `step` -> `step + 1` by SFT and record it in history.jsonl under "sft/"; once (a complete
-    checkpoint `step + 1` is not trained again: `trained=False`). `servers` sleep while it trains, as in
-    art_core.step.train_and_record: both go through art_core.step.run_and_record."""
+    checkpoint `step + 1` is not trained again: `trained=False`). `servers` sleep while it trains (those on GPUs of
+    their own keep serving), as in art_core.step.train_and_record: both go through art_core.step.run_and_record."""
+    from art_core.serving import sleeps_for_training
     from art_core.step import already_trained, run_and_record
     from art_core.training.sft import sft_step
 
@@ -175,7 +176,7 @@ def sft_and_record(
         store,
         sft_step,
         prefix="sft/",
-        servers=servers,
+        servers=[s for s in servers if sleeps_for_training(s, train_config)],
         base_model=base_model,
         trajectories=trajectories,
         config=config,

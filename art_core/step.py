@@ -29,7 +29,7 @@ from art_core.coroutines import run_sync
 from art_core.fanout import Replicas, roll_out_on_ray
 from art_core.inference.server import VLLMServer
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step, step_sampling
-from art_core.serving import Endpoint
+from art_core.serving import Endpoint, sleeps_for_training
 from art_core.store import ModelRef, ModelStore, file_fingerprint
 from art_core.training import trainer  # trainer.train_grpo_step looked up per call: tests spy on it
 from art_core.training.config import TrainConfig
@@ -167,7 +167,8 @@ def train_and_record(
     """Train step `step` -> checkpoint `step + 1` and append its record to history.jsonl; once.
 
     If checkpoint `step + 1` is complete nothing is trained (`trained=False`); a missing history record is
-    backfilled from the checkpoint. `servers` sleep while the trainer holds the device (run_and_record).
+    backfilled from the checkpoint. `servers` sleep while the trainer holds the device (run_and_record), except
+    those on GPUs the step does not use (art_core.serving.sleeps_for_training), which keep serving.
     `complete`: whether checkpoint `step + 1` is complete, when the caller read it already.
     """
     done = already_trained(store, groups, step + 1, complete=complete)
@@ -179,7 +180,7 @@ def train_and_record(
         store,
         trainer.train_grpo_step,
         prefix="train/",
-        servers=servers,
+        servers=[s for s in servers if sleeps_for_training(s, config)],
         extra=rewards,
         base_model=base_model,
         groups=groups,

