@@ -9,7 +9,8 @@ server waits for `preflight(config)`, the first thing every flow does:
   constrains sampling, has tools, and recommends a temperature or max_tokens (EnvironmentConfig.facts);
 - constrained sampling trains only with recomputed logprobs;
 - the base model's chat template shows the tools to the model, where the environment has tools;
-- a demonstrations file (an SFT stage's, or the SFT flow's data) exists.
+- a demonstrations file (an SFT stage's, or the SFT flow's data) exists;
+- the GPUs `server.gpu_ids` places the run's vLLM server on are there (ART's dedicated mode, docs/multi-gpu.md).
 
 A refusal is a PreflightError that names the field, raised before any server starts or anything is written.
 The returned config has the resolved values (the base model's folder, the file's absolute path, max_tokens).
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from art_core.chat_template import ToolTemplateError, check_template_shows_tools
+from art_core.gpus import check_gpu_ids
 from art_pipeline.flows.config import (
     DEFAULT_MAX_TOKENS,
     PreflightError,
@@ -78,6 +80,11 @@ def _run(config: RunConfig) -> RunConfig:
     if config.sft is not None and config.sft.demonstrations != "expert":
         demonstrations = existing_file("sft.demonstrations", config.sft.demonstrations)
         update["sft"] = config.sft.model_copy(update={"demonstrations": demonstrations})
+    if config.server.gpu_ids is not None and config.inference_url is None:
+        try:
+            check_gpu_ids(config.server.gpu_ids, "server.gpu_ids")
+        except ValueError as e:
+            raise PreflightError("server.gpu_ids", str(e)) from None
     checked = config.model_copy(update=update)
     checked._checked = True
     return checked

@@ -141,6 +141,23 @@ def test_sampling_defaults_fit_tool_calls_and_follow_the_environments_protocol(t
     assert own.sampling.max_tokens == 8 and own.eval_sampling() == {"temperature": 0.7, "max_tokens": 8}
 
 
+def test_a_server_placed_on_gpus_this_machine_lacks_is_refused_by_preflight(tiny_model_path, tmp_path, monkeypatch):
+    """server.gpu_ids (ART's inference_gpu_ids) on a machine without those GPUs is refused before any work, naming
+    the field, as LocalBackend refuses it before its server starts."""
+    from art_core import gpus
+
+    placed = RunConfig(**_base(tiny_model_path, tmp_path, server={"gpu_ids": [1]}, train={"ranks": 1}))
+    monkeypatch.setattr(gpus, "visible_gpus", lambda environ=None: [])
+    with pytest.raises(PreflightError, match="no CUDA GPU") as e:
+        preflight(placed)
+    assert e.value.field == "server.gpu_ids"
+    monkeypatch.setattr(gpus, "visible_gpus", lambda environ=None: ["0"])
+    with pytest.raises(PreflightError, match="names GPU 1"):
+        preflight(placed)
+    monkeypatch.setattr(gpus, "visible_gpus", lambda environ=None: ["0", "1"])
+    assert preflight(placed).server.gpu_ids == [1]
+
+
 def test_the_sft_flows_config_is_preflighted_by_its_own_checks(tiny_model_path, tmp_path, monkeypatch):
     from art_pipeline.flows.sft import SFTRunConfig
 
