@@ -275,8 +275,7 @@ def run_on_ranks(
                 codes = [p.exitcode for p in procs]
                 failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
-                    # A rank killed by a signal is the cause; the others' collective errors are its consequence.
-                    r = min(failed, key=lambda r: (codes[r] >= 0, r))
+                    r = _cause(failed, codes, out_dir)
                     raise RankFailedError(_failure_message(r, world, procs[r].pid, codes[r], out_dir), r)
                 if all(c == 0 for c in codes):
                     break
@@ -285,6 +284,26 @@ def run_on_ranks(
                 return f.read()
         finally:
             _stop(procs)
+
+
+# What a rank raises when a peer of its collective is gone: the consequence of another rank's failure.
+PEER_GONE = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer", "Connection reset")
+
+
+def _cause(failed: list[int], codes: list[int | None], out_dir: str) -> int:
+    """The failed rank to name among those seen failed in one poll: one killed by a signal first, then one whose
+    error is its own rather than a collective's complaint that a peer left (a rank that raises makes rank 0,
+    waiting in the next all-reduce, fail too, often within the same poll), then the lowest."""
+
+    def peer_gone(r: int) -> bool:
+        path = os.path.join(out_dir, f"rank{r}.error")
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            text = f.read()
+        return any(marker in text for marker in PEER_GONE)
+
+    return min(failed, key=lambda r: ((codes[r] or 0) >= 0, peer_gone(r), r))
 
 
 def _failure_message(rank: int, world: int, pid: int | None, code: int, out_dir: str) -> str:
@@ -399,7 +418,8 @@ def run_on_ray_ranks(
 
 def _ray_cause(ray: Any, pending: dict, ref: Any, error: BaseException) -> tuple[int, BaseException]:
     """The failure to report: a rank whose actor died (within a second of the first failure) over one that
-    raised, since the survivors' collective errors follow from the death."""
+    raised, since the survivors' collective errors follow from the death; then a rank's own error over a
+    collective's complaint that a peer left (`PEER_GONE`)."""
     from ray.exceptions import RayActorError
 
     failures = {pending[ref]: error}
@@ -411,7 +431,7 @@ def _ray_cause(ray: Any, pending: dict, ref: Any, error: BaseException) -> tuple
         except Exception as e:
             failures[pending[r]] = e
     died = sorted(rank for rank, e in failures.items() if isinstance(e, RayActorError))
-    rank = died[0] if died else min(failures)
+    rank = died[0] if died else min(failures, key=lambda r: (any(m in str(failures[r]) for m in PEER_GONE), r))
     return rank, failures[rank]
 
 

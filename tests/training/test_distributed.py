@@ -200,14 +200,17 @@ def test_the_split_balances_tokens_and_keeps_every_sequence_once():
     assert rank_share([5], [0], 2) == [[0], []]  # a rank may get nothing: it still joins the collectives
 
 
-def sleep_on_ranks(seconds: float) -> dict:
-    """A step stand-in for the failure tests: join a collective, then sleep (rank 1 raises if asked)."""
+def sleep_on_ranks(seconds: float, raise_on: int | None = None) -> dict:
+    """A step stand-in for the failure tests: join a collective; then rank 0 waits in the next one while the
+    others sleep first (rank `raise_on` raises instead), so a rank that dies or raises leaves rank 0 blocked in a
+    collective, as a real step's all-reduce would be."""
     import torch.distributed as dist
 
     dist.barrier()
-    if os.environ.get("ART_TEST_RAISE_ON") == os.environ["RANK"]:
+    if raise_on is not None and str(raise_on) == os.environ["RANK"]:
         raise ValueError("the step failed on purpose")
-    time.sleep(seconds)
+    if os.environ["RANK"] != "0":
+        time.sleep(seconds)
     dist.barrier()
     return {"ok": True}
 
@@ -239,11 +242,13 @@ def test_a_killed_rank_fails_the_step_naming_it_and_leaves_no_process():
     assert _gone(pids)
 
 
-def test_a_rank_that_raises_fails_the_step_with_its_error(monkeypatch):
-    monkeypatch.setenv("ART_TEST_RAISE_ON", "1")  # the spawned workers inherit the environment
+def test_a_rank_that_raises_fails_the_step_with_its_error():
+    """Rank 0, waiting in a collective, fails too when rank 1 leaves; the error names rank 1 and its own error."""
     pids: list[int] = []
     with pytest.raises(RankFailedError) as caught:
-        run_on_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120}, timeout_s=60, on_start=pids.extend)
+        run_on_ranks(
+            2, f"{__name__}.sleep_on_ranks", {"seconds": 120, "raise_on": 1}, timeout_s=60, on_start=pids.extend
+        )
     assert caught.value.rank == 1 and "the step failed on purpose" in str(caught.value)
     assert _gone(pids)
 
@@ -280,6 +285,12 @@ def test_a_killed_ray_rank_fails_the_step_naming_it_and_leaves_no_actor(ray_clus
     while not _gone(pids) and time.time() < deadline:  # ray.kill ends the actors' processes
         time.sleep(0.2)
     assert _gone(pids)
+
+
+def test_a_ray_rank_that_raises_fails_the_step_with_its_error(ray_cluster):
+    with pytest.raises(RankFailedError) as caught:
+        run_on_ray_ranks(2, f"{__name__}.sleep_on_ranks", {"seconds": 120, "raise_on": 1}, timeout_s=60)
+    assert caught.value.rank == 1 and "the step failed on purpose" in str(caught.value)
 
 
 def test_ranks_on_ray_needs_more_than_one_rank():
