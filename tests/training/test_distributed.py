@@ -70,7 +70,8 @@ def _assert_same(a: dict, b: dict, relative: bool = False) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tiny_model_path, tmp_path_factory):
-    """One run of 2 steps on 1 process ('one'), and one whose step 0 ran on 2 ranks and step 1 on 1 ('two')."""
+    """One run of 2 steps on 1 process ('one'), one whose step 0 ran on 2 ranks and step 1 on 1 ('two'), and one
+    the other way round ('up': step 0 on 1 process, step 1 on 2 ranks)."""
     from art_core.training.session import clear_model_cache
 
     store = Storage(str(tmp_path_factory.mktemp("ranks")))
@@ -78,10 +79,12 @@ def runs(tiny_model_path, tmp_path_factory):
     results = {
         "one": [_train(tiny_model_path, store, "one", 0, 1)],
         "two": [_train(tiny_model_path, store, "two", 0, 2)],
+        "up": [_train(tiny_model_path, store, "up", 0, 1)],
     }
     clear_model_cache()  # step 1 of 'one' from storage too, as 'two' does
     results["one"].append(_train(tiny_model_path, store, "one", 1, 1))
     results["two"].append(_train(tiny_model_path, store, "two", 1, 1))
+    results["up"].append(_train(tiny_model_path, store, "up", 1, 2))
     clear_model_cache()
     return store, results
 
@@ -115,6 +118,14 @@ def test_a_checkpoint_written_on_two_ranks_resumes_on_one(runs):
     assert results["two"][1].step == 2 and ModelStore(store, "p", "two").is_complete(2)
     assert results["two"][1].metrics["loss"] == pytest.approx(results["one"][1].metrics["loss"], rel=1e-4, abs=1e-7)
     _assert_same(_files(store, "one", 2)[0], _files(store, "two", 2)[0])
+
+
+@pytest.mark.slow  # spawns ranks (make test hands slow files out first)
+def test_a_checkpoint_written_on_one_process_resumes_on_two_ranks(runs):
+    store, results = runs
+    assert results["up"][1].step == 2 and results["up"][1].metrics["ranks"] == 2
+    assert results["up"][1].metrics["loss"] == pytest.approx(results["one"][1].metrics["loss"], rel=1e-4, abs=1e-7)
+    _assert_same(_files(store, "one", 2)[0], _files(store, "up", 2)[0])
 
 
 def _conversations() -> list[Trajectory]:
