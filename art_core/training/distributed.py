@@ -290,20 +290,25 @@ def run_on_ranks(
 PEER_GONE = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer", "Connection reset")
 
 
+def _peer_gone(error: str) -> bool:
+    """Whether a rank's error is a collective's complaint that a peer left (`PEER_GONE`), not its own failure."""
+    return any(marker in error for marker in PEER_GONE)
+
+
+def _rank_error(out_dir: str, rank: int) -> str | None:
+    """The traceback a local rank wrote before it exited (`_worker`), None when it wrote none (killed)."""
+    path = os.path.join(out_dir, f"rank{rank}.error")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return f.read()
+
+
 def _cause(failed: list[int], codes: list[int | None], out_dir: str) -> int:
     """The failed rank to name among those seen failed in one poll: one killed by a signal first, then one whose
     error is its own rather than a collective's complaint that a peer left (a rank that raises makes rank 0,
     waiting in the next all-reduce, fail too, often within the same poll), then the lowest."""
-
-    def peer_gone(r: int) -> bool:
-        path = os.path.join(out_dir, f"rank{r}.error")
-        if not os.path.exists(path):
-            return False
-        with open(path) as f:
-            text = f.read()
-        return any(marker in text for marker in PEER_GONE)
-
-    return min(failed, key=lambda r: ((codes[r] or 0) >= 0, peer_gone(r), r))
+    return min(failed, key=lambda r: ((codes[r] or 0) >= 0, _peer_gone(_rank_error(out_dir, r) or ""), r))
 
 
 def _failure_message(rank: int, world: int, pid: int | None, code: int, out_dir: str) -> str:
@@ -314,10 +319,9 @@ def _failure_message(rank: int, world: int, pid: int | None, code: int, out_dir:
     else:
         how = f"exited with code {code}"
     message = f"rank {rank} of {world} (pid {pid}) {how} during the train step; the other ranks were stopped"
-    path = os.path.join(out_dir, f"rank{rank}.error")
-    if os.path.exists(path):
-        with open(path) as f:
-            message += f". Its error:\n{f.read()}"
+    error = _rank_error(out_dir, rank)
+    if error is not None:
+        message += f". Its error:\n{error}"
     return message
 
 
@@ -431,7 +435,7 @@ def _ray_cause(ray: Any, pending: dict, ref: Any, error: BaseException) -> tuple
         except Exception as e:
             failures[pending[r]] = e
     died = sorted(rank for rank, e in failures.items() if isinstance(e, RayActorError))
-    rank = died[0] if died else min(failures, key=lambda r: (any(m in str(failures[r]) for m in PEER_GONE), r))
+    rank = died[0] if died else min(failures, key=lambda r: (_peer_gone(str(failures[r])), r))
     return rank, failures[rank]
 
 
