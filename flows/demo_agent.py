@@ -26,10 +26,11 @@ from typing import Any
 # customer-service agent"): an epoch of retail's 111 takes about an hour, a seed's whole run more than 60 minutes.
 DEMONSTRATIONS = 128
 SFT_EPOCHS = 2
-SFT_LEARNING_RATE = 2e-4
+SFT_LEARNING_RATE = 1e-3
+SFT_WARMUP = 0.05
 GRPO_STEPS = 4
-GRPO_LEARNING_RATE = 5e-5
-GROUPS_PER_STEP = 4
+GRPO_LEARNING_RATE = 1e-4
+GROUPS_PER_STEP = 8
 GROUP_SIZE = 8
 EVAL_SCENARIOS = 40
 EVAL_TRIES = 3
@@ -79,6 +80,7 @@ def agent_config(
         sft={
             "epochs": sft_epochs,
             "peak_lr": SFT_LEARNING_RATE,
+            "warmup_ratio": SFT_WARMUP,
             "batch_size": 4,
             "demonstrations_limit": demonstrations,
         },
