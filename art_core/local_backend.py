@@ -327,7 +327,7 @@ class LocalBackend(Backend):
         chat-format JSONL file of them (art_core.sft.read_sft_file); `config` is a TrainSFTConfig (or its dict);
         `train_config` gives the LoRA shape (default: the model's). GRPO (`model.train`) continues from the step:
 
-            await backend.train_sft(model, "demos.jsonl", TrainSFTConfig(learning_rate=2e-4, batch_size=4))
+            await backend.train_sft(model, "demos.jsonl", TrainSFTConfig(learning_rate=1e-3, batch_size=4))
             await model.train(groups)   # checkpoint 2, trained from SFT's checkpoint 1
         """
         if isinstance(trajectories, (str, os.PathLike)):

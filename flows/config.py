@@ -213,7 +213,7 @@ class SFTStageConfig(SFTSpec):
     Each epoch writes one checkpoint, numbered before GRPO's: `sft.epochs=2, steps=5` trains checkpoints 1-2 by
     SFT and 3-5 by GRPO. A resumed run trains neither a finished epoch nor a finished step again.
 
-        RunConfig(..., environment={"name": "retail"}, steps=12, sft={"epochs": 2, "peak_lr": 2e-4})
+        RunConfig(..., environment={"name": "retail"}, steps=12, sft={"epochs": 2, "peak_lr": 1e-3})
         RunConfig(..., sft={"demonstrations": "s3://bucket/data/demos.jsonl", "epochs": 1})
     """
 

@@ -23,12 +23,12 @@ import time
 from typing import Any
 
 # Train tasks demonstrated (the first N of the split). Measured on a 2-core AMX Xeon (README, "Train a
-# customer-service agent"): an epoch of retail's 111 takes about an hour, a seed's whole run more than 60 minutes.
+# customer-service agent"): an epoch of retail's 111 takes about 38 minutes, a seed's whole run about 2 hours.
 DEMONSTRATIONS = 128
 SFT_EPOCHS = 2
 SFT_LEARNING_RATE = 1e-3
 SFT_WARMUP = 0.05
-GRPO_STEPS = 4
+GRPO_STEPS = 2
 GRPO_LEARNING_RATE = 1e-4
 GROUPS_PER_STEP = 8
 GROUP_SIZE = 8
@@ -60,7 +60,7 @@ def agent_config(
     """The demo's RunConfig: SFT epochs then GRPO steps on one customer-service environment.
 
     >>> agent_config("/models/smollm2", "./.art").steps
-    6
+    4
     """
     from art_pipeline.flows.config import RunConfig
 
