@@ -235,3 +235,48 @@ def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
         assert report.reward == pytest.approx(sum(t.metrics["task_reward"] for t in rollouts) / len(rollouts))
         spec = RolloutSpec(environment=domain, env_options={"seed": 0, "train_reward": "progress"})
         assert spec.for_evaluation({}).env_options == {"seed": 0}
+
+
+def test_the_arguments_reward_credits_a_write_with_one_wrong_argument():
+    """train_reward="arguments": a rollout that reaches the right write with one argument wrong (the tool refuses
+    it) earns part of the writes third, where "progress" gives it nothing, so a group whose rollouts all miss
+    the exact write still differs by how close each came. The expert's whole job is still 1.0 and doing nothing
+    still earns no write credit."""
+    from art_core.envs import load_environment
+    from art_core.envs.customer_service.expert import expert_policy
+    from art_core.envs.customer_service.policies import Call
+
+    for domain in DOMAINS:
+        env = load_environment(domain, seed=0, user="scripted", max_turns=30, train_reward="arguments")
+        expert = expert_policy(domain)
+        writes = env.domain.write_tools
+
+        def one_argument_wrong(opening, expert=expert, writes=writes):
+            play = expert(opening)
+            turn = next(play)
+            while not (isinstance(turn, Call) and turn.name in writes):
+                turn = play.send((yield turn))
+            key = next(k for k, v in turn.arguments.items() if isinstance(v, str))
+            yield Call(turn.name, {**turn.arguments, key: turn.arguments[key] + "-not-this"})
+            yield from never_acts(opening)
+
+        scenarios = [s for s in env.scenarios("train") if scenario_category(s) == "write"][:6]
+        done, close, idle = (play_policy(env, scenarios, p) for p in (expert, one_argument_wrong, never_acts))
+        compared = 0
+        for s, full, near, none in zip(scenarios, done, close, idle):
+            if isinstance(full, CannotDemonstrate):
+                continue  # a retail customer with two requests: the expert does not play it
+            first = next(a for a in s.data["task"]["actions"] if a["name"] in writes)
+            if len(first["kwargs"]) < 2:
+                continue  # one argument (a cancel's reservation id): wrong means no credit, as it should
+            compared += 1
+            assert full.reward == full.metrics["progress"] == full.metrics["argument_progress"] == 1.0, (domain, s.id)
+            assert near.metrics["task_reward"] == 0.0 and near.metrics["tool_errors"] >= 1, (domain, s.id)
+            assert near.reward == near.metrics["argument_progress"] > near.metrics["progress"], (domain, s.id)
+            assert none.metrics["argument_progress"] == none.metrics["progress"], (domain, s.id)
+        assert compared >= 3, domain
+
+        val = [s for s in env.scenarios("val") if scenario_category(s) == "write"][:2]
+        for t in play_policy(env, val, one_argument_wrong):
+            if not isinstance(t, CannotDemonstrate):
+                assert t.reward == t.metrics["task_reward"] == 0.0  # evaluation splits keep the task reward

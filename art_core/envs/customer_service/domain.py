@@ -129,30 +129,68 @@ class MadeCall:
     error: bool
 
 
-def progress(domain: Domain, task: Task, calls: list[MadeCall], said_to_user: list[str], exact: bool) -> float:
+def progress(
+    domain: Domain,
+    task: Task,
+    calls: list[MadeCall],
+    said_to_user: list[str],
+    exact: bool,
+    per_argument: bool = False,
+) -> float:
     """Partial credit in [0, 1] for how far an episode got, a training signal where `reward` is all or nothing
     (a small model's group of rollouts that all score 0 teaches GRPO nothing). A third each for:
 
     - finding the customer: a successful call whose result names the task's user id;
-    - the writes: the fraction of the task's gold writes made exactly (name and arguments), halved when the
-      final database still differs from the gold replay's (a wrong or extra write); where the task wants no
-      write, 1 when the database is unchanged, else 0;
+    - the writes: the mean credit of the task's gold writes, halved when the final database still differs from
+      the gold replay's (a wrong or extra write); where the task wants no write, 1 when the database is
+      unchanged, else 0. A gold write's credit is 1 when a successful call made it exactly (name and arguments),
+      else 0; with `per_argument`, it is the best `argument_credit` of any call to the same tool, refused ones
+      included, so a group whose rollouts all reach the right write with different arguments still differs;
     - the outputs: the fraction of the task's required outputs said to the customer (1 when there are none).
 
     `exact`: whether the final database equals the gold replay's (`reward`'s r_actions). Only an environment's
-    train-split rollouts use it, and only when asked (`train_reward="progress"`); its evaluation always reads
-    `reward`.
+    train-split rollouts use it, and only when asked (`train_reward="progress"`, or `"arguments"` for
+    `per_argument`); its evaluation always reads `reward`.
     """
     found = any(not c.error and task.user_id in c.result for c in calls)
     gold = [a for a in task.actions if a.name not in domain.terminal_tools]
     if gold:
-        made = [(c.name, _arguments(c.arguments)) for c in calls if not c.error and c.name in domain.write_tools]
-        writes = sum((a.name, a.kwargs) in made for a in gold) / len(gold) * (1.0 if exact else 0.5)
+        if per_argument:
+            tried = [(c.name, _arguments(c.arguments)) for c in calls if c.name in domain.write_tools]
+            credit = [max((argument_credit(a.kwargs, k) for n, k in tried if n == a.name), default=0.0) for a in gold]
+        else:
+            made = [(c.name, _arguments(c.arguments)) for c in calls if not c.error and c.name in domain.write_tools]
+            credit = [float((a.name, a.kwargs) in made) for a in gold]
+        writes = sum(credit) / len(gold) * (1.0 if exact else 0.5)
     else:
         writes = float(exact)
     said = outputs_said(task, said_to_user)
     outputs = sum(said) / len(said) if said else 1.0
     return (found + writes + outputs) / 3
+
+
+def argument_credit(gold: dict[str, Any], made: dict[str, Any] | None) -> float:
+    """The fraction of a gold write's arguments that a call got right: each argument counts 1 when equal, a list
+    (item ids) by the overlap of the two sets (intersection over union). Arguments the gold write lacks are not
+    counted; unparseable arguments score 0.
+
+    >>> argument_credit({"order_id": "#W1", "item_ids": ["a", "b"]}, {"order_id": "#W1", "item_ids": ["a"]})
+    0.75
+    """
+    if not gold:
+        return 1.0
+    if made is None:
+        return 0.0
+    return sum(_value_credit(v, made.get(k)) for k, v in gold.items()) / len(gold)
+
+
+def _value_credit(gold: Any, made: Any) -> float:
+    if isinstance(gold, list):
+        if not isinstance(made, list):
+            return 0.0
+        want, got = {json.dumps(v) for v in gold}, {json.dumps(v) for v in made}
+        return len(want & got) / len(want | got) if want | got else 1.0
+    return float(made == gold)
 
 
 def outputs_said(task: Task, said_to_user: list[str]) -> list[bool]:

@@ -59,9 +59,10 @@ class CustomerServiceOptions(BaseModel):
     max_turns: int = Field(default=30, ge=1)  # agent turns (model calls) before the episode is cut off
     force_tool_calls: bool = False  # constrain every agent turn to one well-formed tool call (vLLM only)
     user_patience: int = Field(default=3, ge=1)  # scripted user: unhelpful turns before it gives up
-    # The reward of train-split rollouts: "task" (1 only when the task is done, what evaluation reads) or
-    # "progress" (partial credit, see `domain.progress`). Val and test rollouts always get the task reward.
-    train_reward: Literal["task", "progress"] = "task"
+    # The reward of train-split rollouts: "task" (1 only when the task is done, what evaluation reads),
+    # "progress" (partial credit, see `domain.progress`) or "arguments" (progress with each write credited per
+    # argument right). Val and test rollouts always get the task reward.
+    train_reward: Literal["task", "progress", "arguments"] = "task"
 
 
 class CustomerServiceEnv(Environment):
@@ -158,9 +159,11 @@ class CustomerServiceEnv(Environment):
         # "task_reward", not "reward": a metric named reward would be averaged into the trajectory's own reward
         # by the gather's progress line and the history
         scores["task_reward"] = scores.pop("reward")
-        scores["progress"] = progress(self.domain, task, calls, episode.said, exact=scores["r_actions"] == 1.0)
-        shaped = self.options.train_reward == "progress" and scenario.split == "train"
-        traj.reward = scores["progress"] if shaped else scores["task_reward"]
+        exact = scores["r_actions"] == 1.0
+        scores["progress"] = progress(self.domain, task, calls, episode.said, exact=exact)
+        scores["argument_progress"] = progress(self.domain, task, calls, episode.said, exact=exact, per_argument=True)
+        shaped = {"progress": "progress", "arguments": "argument_progress"}.get(self.options.train_reward)
+        traj.reward = scores[shaped] if shaped and scenario.split == "train" else scores["task_reward"]
         traj.metrics.update(
             scores,
             turns=episode.turns,
