@@ -75,6 +75,11 @@ class EvalReport(BaseModel):
         description="Reward and pass^k per task category (write / refuse / answer); empty where the "
         "environment has no categories.",
     )
+    by_kind: dict[str, CategoryScore] = Field(
+        default_factory=dict,
+        description="Reward and pass^k per kind of task within the categories (`Environment.scenario_kind`: "
+        "which writes a task needs); empty where the environment tells no kinds.",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -129,29 +134,22 @@ def eval_report(
     trials: int,
     success_threshold: float = 1.0,
     categories: dict[str, str] | None = None,
+    kinds: dict[str, str] | None = None,
 ) -> EvalReport:
     """An EvalReport from finished groups (one group per scenario, `trials` attempts in each).
 
     A failed attempt (kept as an exception in its group) counts as an attempt that did not succeed.
     `categories` maps scenario ids to task categories (`scenario_categories`); groups of each category are
-    summarized apart in `by_category`, by the same arithmetic as the whole.
+    summarized apart in `by_category`, by the same arithmetic as the whole. `kinds` (`scenario_kinds`) does the
+    same for `by_kind`.
     """
     per_scenario: dict[str, list[float]] = {}
     for g in groups:
         per_scenario[str(g.metadata.get("scenario_id", len(per_scenario)))] = g.rewards()
-    by_category: dict[str, CategoryScore] = {}
-    grouped: dict[str, list[TrajectoryGroup]] = {}
-    for g in groups:
-        category = (categories or {}).get(str(g.metadata.get("scenario_id")))
-        if category is not None:
-            grouped.setdefault(category, []).append(g)
-    for category in sorted(grouped, key=lambda c: (CATEGORIES.index(c) if c in CATEGORIES else len(CATEGORIES), c)):
-        members = grouped[category]
-        by_category[category] = CategoryScore(
-            scenarios=len(members),
-            reward=reward_summary(members)["reward"],
-            pass_k=pass_k_of(members, trials, success_threshold),
-        )
+    by_category = _scores_by(groups, categories, trials, success_threshold)
+    by_category = dict(
+        sorted(by_category.items(), key=lambda i: (CATEGORIES.index(i[0]) if i[0] in CATEGORIES else 99, i[0]))
+    )
     return EvalReport(
         model=model,
         step=step,
@@ -163,7 +161,27 @@ def eval_report(
         success_threshold=success_threshold,
         per_scenario=per_scenario,
         by_category=by_category,
+        by_kind=dict(sorted(_scores_by(groups, kinds, trials, success_threshold).items())),
     )
+
+
+def _scores_by(
+    groups: list[TrajectoryGroup], labels: dict[str, str] | None, trials: int, success_threshold: float
+) -> dict[str, CategoryScore]:
+    """Reward and pass^k over the groups of each label ({scenario id: label}); unlabelled groups are left out."""
+    grouped: dict[str, list[TrajectoryGroup]] = {}
+    for g in groups:
+        label = (labels or {}).get(str(g.metadata.get("scenario_id")))
+        if label is not None:
+            grouped.setdefault(label, []).append(g)
+    return {
+        label: CategoryScore(
+            scenarios=len(members),
+            reward=reward_summary(members)["reward"],
+            pass_k=pass_k_of(members, trials, success_threshold),
+        )
+        for label, members in grouped.items()
+    }
 
 
 def scenario_categories(env: Environment, scenarios: list[Scenario]) -> dict[str, str]:
@@ -172,6 +190,14 @@ def scenario_categories(env: Environment, scenarios: list[Scenario]) -> dict[str
     if categorize is None:
         return {}
     return {s.id: c for s in scenarios if (c := categorize(s)) is not None}
+
+
+def scenario_kinds(env: Environment, scenarios: list[Scenario]) -> dict[str, str]:
+    """{scenario id: kind} for the scenarios the environment tells a kind of (`Environment.scenario_kind`)."""
+    kind = getattr(env, "scenario_kind", None)
+    if kind is None:
+        return {}
+    return {s.id: k for s in scenarios if (k := kind(s)) is not None}
 
 
 def _for_evaluation(env: Environment) -> Environment:
@@ -216,6 +242,7 @@ async def evaluate_model(
         trials=trials,
         success_threshold=success_threshold,
         categories=scenario_categories(env, chosen),
+        kinds=scenario_kinds(env, chosen),
     )
     report.seconds = time.perf_counter() - t0
     return report, groups
@@ -253,6 +280,7 @@ async def evaluate_policy(
         trials=trials,
         success_threshold=success_threshold,
         categories=scenario_categories(env, chosen),
+        kinds=scenario_kinds(env, chosen),
     )
     report.seconds = time.perf_counter() - t0
     return report, groups

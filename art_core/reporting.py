@@ -328,6 +328,8 @@ def eval_markdown(
             lines += ["", f"Last step vs baseline: {delta:+.3f} mean reward."]
     if headline:
         lines += ["", *_category_table(all_rows, baselines, ks)]
+    if any(r.get("by_kind") for r in all_rows):
+        lines += ["", *kind_table(all_rows, baselines)]
     return "\n".join(lines) + "\n"
 
 
@@ -352,6 +354,34 @@ def _category_table(rows: list[dict[str, Any]], baselines: list[dict[str, Any]],
         for category, score in (r.get("by_category") or {}).items():
             passes = "".join(f" {_pass(score['pass_k'], k):.3f} |" for k in ks)
             lines.append(f"| {label} | {category} | {score['scenarios']} | {score['reward']:.3f} |{passes}")
+    return lines
+
+
+def kind_table(rows: list[dict[str, Any]], baselines: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: tries right per kind of write task (`EvalReport.by_kind`), one line per kind and one column
+    per report (`rows`: report dicts; those in `baselines` are labelled so)."""
+    kinds = sorted({k for r in rows for k in r.get("by_kind") or {}})
+    labels = [f"{r['model']} (baseline)" if any(r is b for b in baselines) else r["model"] for r in rows]
+    lines = [
+        "## Per kind of write task",
+        "",
+        "Tries right of all tries (pass^1 in parentheses), by the writes a task needs (its gold write tools).",
+        "",
+        "| kind | tasks |" + "".join(f" {label} |" for label in labels),
+        "|" + "---|" * (2 + len(rows)),
+    ]
+    for kind in kinds:
+        tasks = max((r["by_kind"][kind]["scenarios"] for r in rows if kind in (r.get("by_kind") or {})), default=0)
+        cells = []
+        for r in rows:
+            score = (r.get("by_kind") or {}).get(kind)
+            if score is None:
+                cells.append(" - |")
+                continue
+            tries = score["scenarios"] * r["trials"]
+            right = round(_pass(score["pass_k"], 1) * tries)
+            cells.append(f" {right}/{tries} ({_pass(score['pass_k'], 1):.3f}) |")
+        lines.append(f"| {kind} | {tasks} |{''.join(cells)}")
     return lines
 
 

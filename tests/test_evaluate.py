@@ -2,7 +2,14 @@
 
 import pytest
 
-from art_core.evaluate import EvalReport, eval_metrics, eval_report, pass_hat_k, scenario_categories
+from art_core.evaluate import (
+    EvalReport,
+    eval_metrics,
+    eval_report,
+    pass_hat_k,
+    scenario_categories,
+    scenario_kinds,
+)
 from art_core.trajectories import RolloutError, Trajectory, TrajectoryGroup
 
 
@@ -61,6 +68,32 @@ def test_pass_k_per_category_from_known_outcomes():
     assert report.headline.metric == "write pass^1" and report.headline.value == pytest.approx(1 / 3)
 
 
+def test_tries_right_per_kind_of_write_task_in_the_report():
+    """A report tells which writes a model gets right (returns) and which it never does (exchanges); a report
+    stored before kinds existed still renders, without that table."""
+    from art_core.reporting import eval_markdown
+
+    groups = [
+        _group("r1", [1.0, 0.0, 1.0]),
+        _group("r2", [0.0, 0.0, 1.0]),
+        _group("e1", [0.0, 0.0], failed=1),
+        _group("n1", [1.0, 1.0, 1.0]),  # a refusal: no kind
+    ]
+    categories = {"r1": "write", "r2": "write", "e1": "write", "n1": "refuse"}
+    kinds = {"r1": "return", "r2": "return", "e1": "exchange"}
+    report = eval_report(groups, model="m@4", step=4, split="val", trials=3, categories=categories, kinds=kinds)
+    assert list(report.by_kind) == ["exchange", "return"]
+    assert report.by_kind["return"].scenarios == 2 and report.by_kind["return"].pass_k[1] == pytest.approx(1 / 2)
+    assert report.by_kind["exchange"].pass_k == {1: 0.0, 2: 0.0, 3: 0.0}
+    old = report.model_dump(mode="json")
+    del old["by_kind"]
+    old["model"], old["step"] = "m@2", 2
+    md = eval_markdown([old, report], title="m on val")
+    assert "## Per kind of write task" in md
+    assert "| return | 2 | - | 3/6 (0.500) |" in md and "| exchange | 1 | - | 0/3 (0.000) |" in md
+    assert "Per kind" not in eval_markdown([old], title="m on val")
+
+
 def test_headline_is_the_reward_without_categories_and_survives_json():
     plain = eval_report([_group("a", [1.0, 0.0])], model="m", step=0, split="val", trials=2)
     assert plain.by_category == {} and (plain.headline.metric, plain.headline.value) == ("reward", 0.5)
@@ -99,6 +132,12 @@ def test_customer_service_environments_tell_categories_apart():
     tau2 = load_environment("tau2-retail")
     (five,) = [s for s in tau2.scenarios("test") if s.id == "5"]  # returns a delivered item: a write
     assert tau2.scenario_category(five) == "write"
+    assert "return_delivered_order_items" in tau2.scenario_kind(five)
+    for name, split in (("retail", "val"), ("airline", "val"), ("tau2-retail", "test")):
+        env = load_environment(name)
+        scenarios = env.scenarios(split)
+        kinds = scenario_kinds(env, scenarios)  # exactly the write tasks have a kind
+        assert set(kinds) == {s.id for s in scenarios if env.scenario_category(s) == "write"}, name
     quiz = load_environment("word-quiz")
     assert scenario_categories(quiz, quiz.scenarios("val")) == {}
 
@@ -121,6 +160,13 @@ def test_never_acts_scores_zero_on_write_tasks_through_the_evaluation(name, cate
     assert set(report.by_category) == categories
     if "refuse" in categories:  # why the mean reward flatters it
         assert report.by_category["refuse"].pass_k[1] == 1.0 and report.reward > 0.0
+    # which writes the write tasks need: every one of them has a kind, and never-acts gets none right
+    from art_core.envs import load_environment
+
+    writes = load_environment(name).domain.write_tools
+    assert sum(k.scenarios for k in report.by_kind.values()) == write.scenarios
+    assert all(set(kind.split(" + ")) <= writes and k.pass_k[1] == 0.0 for kind, k in report.by_kind.items())
     saved = Storage(str(tmp_path)).read_json(f"{tmp_path}/p/baselines/never-acts-{name}/eval-val.json")
     assert EvalReport.model_validate(saved).by_category == report.by_category
+    assert EvalReport.model_validate(saved).by_kind == report.by_kind
     assert saved["headline"] == {"metric": "write pass^1", "value": 0.0}

@@ -100,6 +100,13 @@ class Environment:
         The evaluation reports reward and pass^k per category, since a do-nothing policy passes refusals."""
         return None
 
+    def scenario_kind(self, scenario: Scenario) -> str | None:
+        """A finer label than the category, where the environment can tell: for a task that needs a write, which
+        writes (the customer-service environments: its gold write tools in order, "cancel_pending_order"). The
+        evaluation reports pass^k per kind as well, so a model that gets returns right and exchanges never shows
+        where it fails. None for scenarios without one (the default)."""
+        return None
+
     def for_evaluation(self) -> "Environment":
         """The environment evaluations play: the same scenarios and rules, with any option that only shapes the
         training reward set back to its default, so an evaluation scores what it always scores (the library's

@@ -107,3 +107,7 @@ def test_evaluate_tau2_reports_pass_k_per_category_beside_never_acts_and_publish
     assert report.pass_k.keys() == {1, 2} and report.reward == floor.reward
     for expected in ("| never, write |", "| never-acts, write |", "| GPT-4.1 | 56.0 |", "scripted customer"):
         assert expected in text
+    # which writes the failed tasks needed, with the tries right of each
+    assert "## Per kind of write task" in text and report.by_kind
+    for kind, score in report.by_kind.items():
+        assert f"| {kind} | {score.scenarios} | 0/{score.scenarios * 2} (0.000) |" in text

@@ -72,6 +72,9 @@ def test_both_doors_lead_with_write_pass_1_next_to_never_acts(
     assert "| never-acts (baseline) | - | val | 3 x 2 | 0.000 |" in md
     assert "| never-acts (baseline) | write | 2 | 0.000 | 0.000 | 0.000 |" in md
     assert "| never-acts (baseline) | refuse | 1 | 1.000 | 1.000 | 1.000 |" in md
+    # which writes the two write tasks need, in both doors, with tries right per kind in the report
+    assert flow.by_kind.keys() == library.by_kind.keys() and sum(k.scenarios for k in flow.by_kind.values()) == 2
+    assert f"| kind | tasks | never-acts (baseline) | {ep.model} |" in md
     storage = Storage(run.storage_url)
     assert storage.read_text(f"{run.storage_url}/cs/models/agent/reports/eval-compare.md") == md
     never = storage.read_json(f"{run.storage_url}/cs/baselines/never-acts-retail/eval-val.json")

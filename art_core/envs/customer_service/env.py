@@ -114,6 +114,13 @@ class CustomerServiceEnv(Environment):
         """`write` / `refuse` / `answer` from the task's gold actions and outputs (see `categories`)."""
         return scenario_category(scenario)
 
+    def scenario_kind(self, scenario: Scenario) -> str | None:
+        """For a task that needs a write, its gold write tools in order ("return_delivered_order_items", or
+        "cancel_pending_order + cancel_pending_order" for two requests); None for refusals and answers."""
+        task = Task.model_validate(scenario.data["task"])
+        writes = [a.name for a in task.actions if a.name in self.domain.write_tools]
+        return " + ".join(writes) or None
+
     def make_user(self, task: Task) -> User:
         user = self.options.user
         if user == "scripted":

@@ -146,6 +146,12 @@ class Tau2Env(Environment):
             return "write"
         return "answer" if criteria.get("communicate_info") else "refuse"
 
+    def scenario_kind(self, scenario: Scenario) -> str | None:
+        """For a task that needs a write, its gold write tools in order; None for refusals and answers."""
+        criteria = (scenario.data.get("task") or self.data.tasks[scenario.id]).get("evaluation_criteria") or {}
+        writes = [a.get("name") for a in criteria.get("actions") or [] if a.get("name") in self.toolset.write_tools]
+        return " + ".join(writes) or None
+
     def gold(self, task_id: str) -> GoldReplay:
         """The gold replay of one task (computed once per environment)."""
         if task_id not in self._gold:

@@ -60,6 +60,11 @@ def report_markdown(domain: str, report: "EvalReport", floor: "EvalReport", note
         lines.append(row(f"{name}, all", r.scenarios, r.reward, r.pass_k))
         for category, score in r.by_category.items():
             lines.append(row(f"{name}, {category}", score.scenarios, score.reward, score.pass_k))
+    if report.by_kind or floor.by_kind:
+        from art_core.reporting import kind_table
+
+        rows = [report.model_dump(), {**floor.model_dump(), "model": "never-acts"}]
+        lines += ["", *kind_table(rows, rows[1:])]
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
