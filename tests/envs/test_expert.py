@@ -192,6 +192,14 @@ def test_the_command_line_prints_the_counts(tmp_path, capsys):
     assert len(out.read_text().splitlines()) == int(printed.split(": ")[1].split(" of ")[0])
 
 
+def _until_first_write(play, writes):
+    """Play `play` (the expert's) up to its first write call, which is returned unmade."""
+    turn = next(play)
+    while not (hasattr(turn, "name") and turn.name in writes):
+        turn = play.send((yield turn))
+    return turn
+
+
 def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
     """train_reward="progress" gives train rollouts partial credit, so a group of a small model's attempts that
     all fail the task still differ: doing nothing < finding the customer and stopping before the first write <
@@ -205,10 +213,7 @@ def test_the_progress_reward_ranks_partial_work_and_never_reaches_evaluation():
         writes = env.domain.write_tools
 
         def stops_before_writing(opening, expert=expert, writes=writes):
-            play = expert(opening)
-            turn = next(play)
-            while not (hasattr(turn, "name") and turn.name in writes):
-                turn = play.send((yield turn))
+            yield from _until_first_write(expert(opening), writes)
             yield from never_acts(opening)
 
         scenarios = [s for s in env.scenarios("train") if scenario_category(s) == "write"][:6]
@@ -252,10 +257,7 @@ def test_the_arguments_reward_credits_a_write_with_one_wrong_argument():
         writes = env.domain.write_tools
 
         def one_argument_wrong(opening, expert=expert, writes=writes):
-            play = expert(opening)
-            turn = next(play)
-            while not (isinstance(turn, Call) and turn.name in writes):
-                turn = play.send((yield turn))
+            turn = yield from _until_first_write(expert(opening), writes)
             key = next(k for k, v in turn.arguments.items() if isinstance(v, str))
             yield Call(turn.name, {**turn.arguments, key: turn.arguments[key] + "-not-this"})
             yield from never_acts(opening)
