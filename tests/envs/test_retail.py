@@ -356,3 +356,17 @@ def test_load_environment_gives_scenarios_and_checks_options():
         load_environment("retail", max_turn=5)  # a typo fails loud
     with pytest.raises(ValueError, match="unknown split"):
         env.scenarios("dev")
+
+
+def test_argument_credit_counts_each_gold_argument_and_list_overlap():
+    from art_core.envs.customer_service.domain import argument_credit
+
+    gold = {"order_id": "#W1", "item_ids": ["a", "b"], "payment_method_id": "paypal_1"}
+    assert argument_credit(gold, gold) == 1.0
+    assert argument_credit(gold, {**gold, "item_ids": ["b", "a"]}) == 1.0  # item order does not matter
+    assert argument_credit(gold, {**gold, "item_ids": ["a"]}) == pytest.approx((1 + 0.5 + 1) / 3)
+    assert argument_credit(gold, {**gold, "item_ids": ["a", "c"]}) == pytest.approx((1 + 1 / 3 + 1) / 3)
+    assert argument_credit(gold, {"order_id": "#W1", "user_id": "u"}) == pytest.approx(1 / 3)  # extras not counted
+    assert argument_credit(gold, None) == 0.0  # the model's JSON did not parse
+    passengers = {"passengers": [{"first_name": "Ana", "dob": "1990-01-01"}]}
+    assert argument_credit(passengers, {"passengers": [{"dob": "1990-01-01", "first_name": "Ana"}]}) == 1.0

@@ -188,7 +188,7 @@ def _value_credit(gold: Any, made: Any) -> float:
     if isinstance(gold, list):
         if not isinstance(made, list):
             return 0.0
-        want, got = {json.dumps(v) for v in gold}, {json.dumps(v) for v in made}
+        want, got = ({json.dumps(v, sort_keys=True) for v in vs} for vs in (gold, made))
         return len(want & got) / len(want | got) if want | got else 1.0
     return float(made == gold)
 
