@@ -147,9 +147,8 @@ def eval_report(
     for g in groups:
         per_scenario[str(g.metadata.get("scenario_id", len(per_scenario)))] = g.rewards()
     by_category = _scores_by(groups, categories, trials, success_threshold)
-    by_category = dict(
-        sorted(by_category.items(), key=lambda i: (CATEGORIES.index(i[0]) if i[0] in CATEGORIES else 99, i[0]))
-    )
+    order = {c: i for i, c in enumerate(CATEGORIES)}  # write, refuse, answer; others after them by name
+    by_category = dict(sorted(by_category.items(), key=lambda i: (order.get(i[0], len(order)), i[0])))
     return EvalReport(
         model=model,
         step=step,
@@ -186,18 +185,19 @@ def _scores_by(
 
 def scenario_categories(env: Environment, scenarios: list[Scenario]) -> dict[str, str]:
     """{scenario id: category} for the scenarios the environment can categorize ({} for most environments)."""
-    categorize = getattr(env, "scenario_category", None)  # an environment need not subclass Environment
-    if categorize is None:
-        return {}
-    return {s.id: c for s in scenarios if (c := categorize(s)) is not None}
+    return _labels(env, "scenario_category", scenarios)
 
 
 def scenario_kinds(env: Environment, scenarios: list[Scenario]) -> dict[str, str]:
     """{scenario id: kind} for the scenarios the environment tells a kind of (`Environment.scenario_kind`)."""
-    kind = getattr(env, "scenario_kind", None)
-    if kind is None:
+    return _labels(env, "scenario_kind", scenarios)
+
+
+def _labels(env: Environment, method: str, scenarios: list[Scenario]) -> dict[str, str]:
+    label = getattr(env, method, None)  # an environment need not subclass Environment
+    if label is None:
         return {}
-    return {s.id: k for s in scenarios if (k := kind(s)) is not None}
+    return {s.id: v for s in scenarios if (v := label(s)) is not None}
 
 
 def _for_evaluation(env: Environment) -> Environment:

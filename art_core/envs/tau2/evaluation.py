@@ -63,7 +63,7 @@ def report_markdown(domain: str, report: "EvalReport", floor: "EvalReport", note
     if report.by_kind or floor.by_kind:
         from art_core.reporting import kind_table
 
-        rows = [report.model_dump(), {**floor.model_dump(), "model": "never-acts"}]
+        rows = [report.model_dump(), floor.model_dump()]  # floor.model is "never-acts"
         lines += ["", *kind_table(rows, rows[1:])]
     if note:
         lines += ["", note]
