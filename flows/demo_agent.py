@@ -183,7 +183,8 @@ async def _never_acts(config: Any) -> Any:
 
 
 def table(config: Any, rows: list[tuple[str, Any]]) -> str:
-    """Reward and pass^k per category for each row's report, write pass^1 (the headline) first."""
+    """Reward and pass^k per category for each row's report, write pass^1 (the headline) first; then tries right
+    per kind of write task (the gold write tools), one column per row."""
     e = config.eval
     ks = list(range(1, e.trials + 1))
     categories = sorted({c for _, r in rows for c in r.by_category}, key=lambda c: (c != "write", c))
@@ -199,6 +200,11 @@ def table(config: Any, rows: list[tuple[str, Any]]) -> str:
             cells.append(f"{score.pass_k.get(1, float('nan')):.3f} ({score.scenarios})".ljust(10) if score else "-")
         lines.append(f"{label:<24}{report.headline.value:>9.3f}{report.reward:>8.3f}  " + "  ".join(cells))
     lines.append("per-category cells: pass^1 (tasks); pass^k for k up to " + str(ks[-1]) + " in the stored reports")
+    if any(report.by_kind for _, report in rows):  # which writes the model gets right, not only how many
+        from art_core.reporting import kind_table
+
+        dicts = [{**report.model_dump(), "model": label} for label, report in rows]
+        lines += ["", *kind_table(dicts, [d for d, (label, _) in zip(dicts, rows) if label == "never acts"])]
     return "\n".join(lines)
 
 

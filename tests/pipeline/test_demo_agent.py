@@ -34,6 +34,10 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     for label in ("never acts", "base model (step 0)", "SFT (step 1)", "SFT+GRPO (step 2)"):
         assert label in out
     assert "headline: write pass^1" in out and "seconds per phase: model ready" in out
+    kinds = out.split("## Per kind of write task")[1]  # the two write tasks' kinds, never-acts right in 0 tries
+    assert "| never acts (baseline) | base model (step 0) | SFT (step 1) | SFT+GRPO (step 2) |" in kinds
+    assert set(never.by_kind) and all(f"| {kind} | " in kinds for kind in never.by_kind)
+    assert all(score.pass_k[1] == 0.0 for score in never.by_kind.values())
 
     again = main(argv)  # finished: from the cache, nothing trained again
     assert again["train"].trained_steps == [] and again["train"].sft.trained_steps == []
