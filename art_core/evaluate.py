@@ -13,7 +13,7 @@ in code (the `never_acts` baseline) the same way, without a server.
     report = await evaluate_model(env, endpoint, "agent@3", split="val", scenarios=8, trials=4)
     report.reward, report.pass_k            # 0.41, {1: 0.5, 2: 0.31, 3: 0.22, 4: 0.16}
     report.by_category["write"].pass_k      # {1: 0.25, 2: 0.1, 3: 0.05, 4: 0.02}
-    report.headline                         # Headline(metric='write pass^1', value=0.25)
+    report.headline                         # Headline(metric='write pass^1', value=0.25, stderr=0.11)
     floor, _ = await evaluate_policy(env, never_acts, split="val", scenarios=8, trials=4)
     floor.headline.value                    # 0.0
 """
@@ -48,6 +48,11 @@ class CategoryScore(BaseModel):
     scenarios: int
     reward: float
     pass_k: dict[int, float] = Field(default_factory=dict)
+    ids: list[str] = Field(
+        default_factory=list,
+        description="The scenarios summarized (keys of EvalReport.per_scenario), for standard errors and paired "
+        "comparisons; empty in reports stored before it was kept.",
+    )
 
 
 class Headline(BaseModel):
@@ -55,6 +60,15 @@ class Headline(BaseModel):
 
     metric: str = Field(description="'write pass^1' where the environment has task categories, else 'reward'.")
     value: float
+    stderr: float | None = Field(
+        default=None,
+        description="Standard error of `value` across the scenarios it averages (a scenario's tries are not "
+        "independent, so the scenario is the unit); None with fewer than 2 scenarios or in old reports.",
+    )
+
+    def figure(self) -> str:
+        """The value with its standard error, as reports print it: '0.153 ± 0.047'."""
+        return f"{self.value:.3f}" + (f" ± {self.stderr:.3f}" if self.stderr is not None else "")
 
 
 class EvalReport(BaseModel):
@@ -88,8 +102,63 @@ class EvalReport(BaseModel):
         else the mean reward. Stored with the report, so whoever reads the JSON sees the same figure."""
         write = self.by_category.get(HEADLINE_CATEGORY)
         if write is not None and 1 in write.pass_k:
-            return Headline(metric=f"{HEADLINE_CATEGORY} pass^1", value=write.pass_k[1])
-        return Headline(metric="reward", value=self.reward)
+            stderr = _stderr(self.scenario_values(write.ids, "pass^1")) if write.ids else None
+            return Headline(metric=f"{HEADLINE_CATEGORY} pass^1", value=write.pass_k[1], stderr=stderr)
+        return Headline(metric="reward", value=self.reward, stderr=_stderr(self.scenario_values(None, "reward")))
+
+    def scenario_values(self, ids: list[str] | None, metric: str) -> dict[str, float]:
+        """{scenario id: its share of tries right ("pass^1") or its mean reward ("reward")} for `ids` (None: all).
+
+        A try that failed with an exception is stored without a reward and counts as not right, as in pass^k.
+        """
+        out: dict[str, float] = {}
+        for sid in self.per_scenario if ids is None else ids:
+            rewards = self.per_scenario.get(sid)
+            if rewards is None:
+                continue
+            tries = max(len(rewards), self.trials)
+            if metric == "pass^1":
+                out[sid] = sum(r >= self.success_threshold for r in rewards) / tries if tries else 0.0
+            elif rewards:
+                out[sid] = sum(rewards) / len(rewards)
+        return out
+
+
+def paired_difference(after: EvalReport, before: EvalReport) -> tuple[float, float | None, int] | None:
+    """The headline's change from `before` to `after` on the scenarios both scored, with its paired standard error.
+
+    Returns (difference, stderr, scenarios), or None where the two headlines differ in metric or the reports share
+    no scenario ids. Pairing by scenario removes the spread between easy and hard tasks, so the error is smaller
+    than the two headlines' errors together.
+
+    >>> a = EvalReport(model="a", step=1, split="val", scenarios=2, trials=1, reward=1.0, per_scenario={"x": [1.0], "y": [1.0]})
+    >>> b = EvalReport(model="b", step=0, split="val", scenarios=2, trials=1, reward=0.5, per_scenario={"x": [1.0], "y": [0.0]})
+    >>> paired_difference(a, b)
+    (0.5, 0.5, 2)
+    """
+    h_after, h_before = after.headline, before.headline
+    if h_after.metric != h_before.metric:
+        return None
+    if h_after.metric == "reward":
+        ids, metric = None, "reward"
+    else:
+        write_after, write_before = after.by_category[HEADLINE_CATEGORY], before.by_category[HEADLINE_CATEGORY]
+        ids, metric = [i for i in write_after.ids if i in set(write_before.ids)], "pass^1"
+    a, b = after.scenario_values(ids, metric), before.scenario_values(ids, metric)
+    common = [i for i in a if i in b]
+    if not common:
+        return None
+    diffs = {i: a[i] - b[i] for i in common}
+    return sum(diffs.values()) / len(diffs), _stderr(diffs), len(diffs)
+
+
+def _stderr(values: dict[str, float]) -> float | None:
+    """Standard error of the mean of `values` (sample standard deviation / sqrt(n)); None below 2 values."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values.values()) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values.values()) / (n - 1) / n)
 
 
 def pass_hat_k(successes: int, attempts: int, k: int) -> float:
@@ -178,6 +247,7 @@ def _scores_by(
             scenarios=len(members),
             reward=reward_summary(members)["reward"],
             pass_k=pass_k_of(members, trials, success_threshold),
+            ids=[str(g.metadata.get("scenario_id")) for g in members],
         )
         for label, members in grouped.items()
     }

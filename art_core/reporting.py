@@ -279,7 +279,9 @@ def eval_markdown(
 
     Where the environment has task categories (reports with `by_category`), the headline, pass^1 on tasks that
     need a write, leads the table and picks the best step, and a second table gives reward and pass^k per
-    category for every row. `more_baselines`: rows shown as baselines besides `baseline` (the never-acts policy).
+    category for every row. The headline carries its standard error across tasks (± s.e.), and the last step's
+    gain over the baseline a paired one. `more_baselines`: rows shown as baselines besides `baseline` (the
+    never-acts policy).
     """
     reports = [_as_dict(r) for r in reports]
     baselines = [_as_dict(b) for b in ([baseline] if baseline is not None else []) + list(more_baselines)]
@@ -314,6 +316,8 @@ def eval_markdown(
             text = "-" if v is None else f"{v:.3f}"
             if i == 0 and not is_baseline and v is not None and v == best:
                 text = f"**{text}**"
+            if i == 0 and headline and v is not None and _headline(r).get("stderr") is not None:
+                text += f" ± {_headline(r)['stderr']:.3f}"  # across the write tasks: how far apart two rows must be
             cells.append(f" {text} |")
         passes = "".join(f" {_pass(r['pass_k'], k):.3f} |" for k in ks)
         label = f"{r['model']} (baseline)" if is_baseline else r["model"]
@@ -323,7 +327,10 @@ def eval_markdown(
         delta = reports[-1]["reward"] - baselines[0]["reward"]
         if headline and lead(reports[-1]) is not None and lead(baselines[0]) is not None:
             gain = lead(reports[-1]) - lead(baselines[0])  # type: ignore[operator]
-            lines += ["", f"Last step vs baseline: {gain:+.3f} {headline}, {delta:+.3f} mean reward."]
+            lines += [
+                "",
+                f"Last step vs baseline: {gain:+.3f} {headline}{_paired(reports[-1], baselines[0])}, {delta:+.3f} mean reward.",
+            ]
         else:
             lines += ["", f"Last step vs baseline: {delta:+.3f} mean reward."]
     if headline:
@@ -383,6 +390,17 @@ def kind_table(rows: list[dict[str, Any]], baselines: list[dict[str, Any]]) -> l
             cells.append(f" {right}/{tries} ({_pass(score['pass_k'], 1):.3f}) |")
         lines.append(f"| {kind} | {tasks} |{''.join(cells)}")
     return lines
+
+
+def _paired(after: dict[str, Any], before: dict[str, Any]) -> str:
+    """' (± 0.052 paired over 24 tasks)': the standard error of a headline's change, task by task; '' where the
+    reports cannot be paired (another metric, no scenario ids kept, fewer than 2 tasks in common)."""
+    from art_core.evaluate import EvalReport, paired_difference
+
+    pair = paired_difference(EvalReport.model_validate(after), EvalReport.model_validate(before))
+    if pair is None or pair[1] is None:
+        return ""
+    return f" (± {pair[1]:.3f} paired over {pair[2]} tasks)"
 
 
 def _as_dict(report: Any) -> dict[str, Any]:

@@ -94,6 +94,37 @@ def test_tries_right_per_kind_of_write_task_in_the_report():
     assert "Per kind" not in eval_markdown([old], title="m on val")
 
 
+def test_the_headline_carries_its_standard_error_and_a_gain_its_paired_one():
+    """Tries of one task are not independent, so the error runs across tasks; comparing two steps task by task
+    removes the spread between easy and hard tasks. Both reach the report a user reads."""
+    from art_core.evaluate import paired_difference
+    from art_core.reporting import eval_markdown
+
+    categories = {"w1": "write", "w2": "write", "w3": "write", "w4": "write", "r1": "refuse"}
+
+    def report(step, rights):  # rights: tries right of 2 at w1..w4
+        groups = [_group(f"w{i + 1}", [1.0] * n + [0.0] * (2 - n)) for i, n in enumerate(rights)]
+        groups.append(_group("r1", [1.0, 1.0]))
+        return eval_report(groups, model=f"m@{step}", step=step, split="val", trials=2, categories=categories)
+
+    before, after = report(0, [0, 1, 0, 2]), report(1, [1, 2, 0, 2])  # pass^1 0.375 -> 0.625
+    h = before.headline
+    per_task = [0.0, 0.5, 0.0, 1.0]  # sample sd 0.4787 over 4 tasks
+    sd = (sum((v - 0.375) ** 2 for v in per_task) / 3) ** 0.5
+    assert (h.value, h.stderr) == (pytest.approx(0.375), pytest.approx(sd / 2))
+    gain, stderr, tasks = paired_difference(after, before)  # differences 0.5, 0.5, 0, 0
+    assert (gain, stderr, tasks) == (pytest.approx(0.25), pytest.approx(0.5 / 3**0.5 / 2), 4)
+    assert stderr < (after.headline.stderr**2 + h.stderr**2) ** 0.5  # pairing is the tighter comparison
+    md = eval_markdown([after], title="m", baseline=before)
+    assert f"| **0.625** ± {after.headline.stderr:.3f} |" in md
+    assert f"Last step vs baseline: +0.250 write pass^1 (± {stderr:.3f} paired over 4 tasks)" in md
+    old = after.model_dump(mode="json")  # stored before ids were kept: no error to show, rendered as before
+    for score in old["by_category"].values():
+        del score["ids"]
+    assert EvalReport.model_validate(old).headline.stderr is None
+    assert "Last step vs baseline: +0.250 write pass^1, " in eval_markdown([old], title="m", baseline=before)
+
+
 def test_headline_is_the_reward_without_categories_and_survives_json():
     plain = eval_report([_group("a", [1.0, 0.0])], model="m", step=0, split="val", trials=2)
     assert plain.by_category == {} and (plain.headline.metric, plain.headline.value) == ("reward", 0.5)
@@ -106,7 +137,7 @@ def test_headline_is_the_reward_without_categories_and_survives_json():
         categories={"w": "write", "r": "refuse"},
     )
     stored = report.model_dump(mode="json")  # what eval/{step}.json and the baselines hold
-    assert stored["headline"] == {"metric": "write pass^1", "value": 0.5}
+    assert stored["headline"] == {"metric": "write pass^1", "value": 0.5, "stderr": None}  # one write task: no spread
     assert EvalReport.model_validate(stored) == report  # read back, as flows/reporting does
     assert eval_metrics(report) == {
         "val/reward": 0.75,
@@ -169,4 +200,4 @@ def test_never_acts_scores_zero_on_write_tasks_through_the_evaluation(name, cate
     saved = Storage(str(tmp_path)).read_json(f"{tmp_path}/p/baselines/never-acts-{name}/eval-val.json")
     assert EvalReport.model_validate(saved).by_category == report.by_category
     assert EvalReport.model_validate(saved).by_kind == report.by_kind
-    assert saved["headline"] == {"metric": "write pass^1", "value": 0.0}
+    assert saved["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0}

@@ -68,8 +68,9 @@ def test_both_doors_lead_with_write_pass_1_next_to_never_acts(
 
     md = _artifact(artifact_key("cs", "agent", "eval-compare")).data
     assert "Headline: **write pass^1**" in md and "| write pass^1 | reward |" in md
-    assert f"| {ep.model} | 0 | val | 3 x 2 | **{flow.headline.value:.3f}** |" in md  # the best (only) row
-    assert "| never-acts (baseline) | - | val | 3 x 2 | 0.000 |" in md
+    row = f"| {ep.model} | 0 | val | 3 x 2 | **{flow.headline.figure().replace(' ', '** ', 1)}"  # best (only) row
+    assert row in md and flow.headline.stderr is not None  # 2 write tasks: the error across them is shown
+    assert "| never-acts (baseline) | - | val | 3 x 2 | 0.000 ± 0.000 |" in md
     assert "| never-acts (baseline) | write | 2 | 0.000 | 0.000 | 0.000 |" in md
     assert "| never-acts (baseline) | refuse | 1 | 1.000 | 1.000 | 1.000 |" in md
     # which writes the two write tasks need, in both doors, with tries right per kind in the report
@@ -78,4 +79,4 @@ def test_both_doors_lead_with_write_pass_1_next_to_never_acts(
     storage = Storage(run.storage_url)
     assert storage.read_text(f"{run.storage_url}/cs/models/agent/reports/eval-compare.md") == md
     never = storage.read_json(f"{run.storage_url}/cs/baselines/never-acts-retail/eval-val.json")
-    assert never["headline"] == {"metric": "write pass^1", "value": 0.0}
+    assert never["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0}

@@ -47,7 +47,7 @@ def report_markdown(domain: str, report: "EvalReport", floor: "EvalReport", note
     lines = [
         f"# tau2-{domain}: {report.model} on the {report.split} split ({report.scenarios} tasks x {report.trials} trials)",
         "",
-        f"Headline: {report.headline.metric} = {report.headline.value:.3f} (never-acts: {floor.headline.value:.3f})",
+        f"Headline: {report.headline.metric} = {report.headline.figure()} (never-acts: {floor.headline.value:.3f})",
         "",
         f"| policy | tasks | reward | {head} |",
         "|---|---|---|" + "---|" * len(ks),
