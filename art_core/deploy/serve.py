@@ -52,6 +52,26 @@ def serve_adapter(
     return VLLMServer(config).start()
 
 
+def checkpoint_to_serve(
+    storage: Storage, project: str, name: str, step: int | None = None, base_model: str | None = None
+) -> tuple[int, str]:
+    """(step, base model) to serve for a trained model, checked before any server starts: `step` defaults to the
+    latest complete checkpoint and `base_model` to model.json's. SystemExit says what to pass when one is missing."""
+    store = ModelStore(storage, project, name)
+    if step is None:
+        step = store.latest_step()
+        if step == 0:
+            raise SystemExit(
+                f"no checkpoints for {project}/{name} under {storage.root}: is --model or --project misspelt?"
+            )
+    elif not store.is_complete(step):
+        raise SystemExit(f"no complete checkpoint for step {step} of {project}/{name} at {store.checkpoint(step)}")
+    base = base_model or (store.read_model_json() or {}).get("base_model")
+    if not base:
+        raise SystemExit(f"no model.json for {project}/{name} under {storage.root}: pass --base-model")
+    return step, base
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--storage", required=True, help="storage root: a folder or s3://bucket/prefix")
@@ -62,13 +82,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     a = p.parse_args()
     storage = Storage(a.storage)
-    store = ModelStore(storage, a.project, a.model)
-    step = a.step if a.step is not None else store.latest_step()
-    if step == 0 and a.step is None:
-        raise SystemExit(f"no checkpoints for {a.project}/{a.model} under {storage.root}")
-    base = a.base_model or (store.read_model_json() or {}).get("base_model")
-    if not base:
-        raise SystemExit(f"no model.json for {a.project}/{a.model} under {storage.root}: pass --base-model")
+    step, base = checkpoint_to_serve(storage, a.project, a.model, a.step, a.base_model)
     server = serve_adapter(storage, a.project, a.model, step, base, port=a.port)
     print(f"serving {a.model} (step {step}) at {server.base_url}  key: {server.api_key}  (Ctrl-C stops it)")
     try:

@@ -111,3 +111,41 @@ def test_evaluate_tau2_reports_pass_k_per_category_beside_never_acts_and_publish
     assert "## Per kind of write task" in text and report.by_kind
     for kind, score in report.by_kind.items():
         assert f"| {kind} | {score.scenarios} | 0/{score.scenarios * 2} (0.000) |" in text
+
+
+def test_skip_judged_evaluates_only_the_unjudged_tasks_and_the_base_model_beside(envs, monkeypatch):
+    """retail's test tasks 10-13 need tau2's LLM judge: --skip-judged leaves them out of what is played (no judge
+    is called), and a baseline on the same endpoint is evaluated on the same tasks with the change paired."""
+    from art_core.envs.tau2.evaluation import evaluate_tau2
+    from art_core.serving import Endpoint
+
+    class Served(PolicyClient):
+        async def close(self) -> None:
+            pass
+
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    monkeypatch.setattr(Endpoint, "client", lambda self, **_: Served(never_acts))
+    endpoint = Endpoint(base_url="http://unused/v1", base_name="base")
+    tasks = envs["retail"].scenarios("test")[:14]
+    unjudged = [s.id for s in tasks if not expert.needs_judge(s.data["task"])]
+    assert len(unjudged) < len(tasks)  # the sample holds judged tasks
+    text, report, floor = asyncio.run(
+        evaluate_tau2("retail", endpoint, "agent", scenarios=14, trials=1, skip_judged=True, baselines=["base"])
+    )
+    assert list(report.per_scenario) == unjudged and list(floor.per_scenario) == unjudged
+    assert f"{len(tasks) - len(unjudged)} tasks needing tau2's NL-assertion judge were left out" in text
+    assert "| base, all |" in text and "| base, write |" in text
+    assert "base: 0.000 ± 0.000, change +0.000 ± 0.000 paired; never-acts: 0.000" in text
+
+
+def test_the_command_refuses_a_missing_checkpoint_before_serving(tmp_path, capsys):
+    from art_core.envs.tau2.evaluation import main
+
+    with pytest.raises(SystemExit, match="no checkpoints for demo-agent/retail-seed0"):
+        main(["--domain", "retail", "--storage", str(tmp_path), "--project", "demo-agent", "--model", "retail-seed0"])
+    with pytest.raises(SystemExit):
+        main(["--domain", "retail", "--storage", str(tmp_path), "--model", "retail-seed0"])
+    assert "--storage needs --project" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--domain", "retail", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--baseline", "base"])
+    assert "--baseline base needs --storage" in capsys.readouterr().err

@@ -5,6 +5,8 @@ first among them).
 
     python -m art_core.envs.tau2.evaluation --domain retail --base-url http://127.0.0.1:8000/v1 \\
         --model my-agent@12 --trials 4 --out tau2-retail.md
+    python -m art_core.envs.tau2.evaluation --domain retail --storage ./.art --project demo-agent \\
+        --model retail-seed0 --step 2 --baseline base --skip-judged     # serves the checkpoint itself, base beside
     >>> text, report, floor = await evaluate_tau2("retail", endpoint, "my-agent@12", trials=4)
     >>> report.headline, floor.headline          # write pass^1 of the model, and of never-acts (0.0)
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from art_core.envs.tau2.expert import load_tau2_env, needs_judge
 from art_core.envs.tau2.published import reference_markdown
@@ -39,15 +41,32 @@ class _Chosen:
         by_id = {s.id: s for s in self._env.scenarios(split)}
         return [by_id[i] for i in self._keep]
 
+    def for_evaluation(self) -> "_Chosen":
+        # evaluate_model plays env.for_evaluation(): without this the wrapped environment's own answer would
+        # drop the choice, and --skip-judged would still evaluate (and judge) the first N tasks
+        return _Chosen(self._env.for_evaluation(), self._keep)
 
-def report_markdown(domain: str, report: "EvalReport", floor: "EvalReport", note: str = "") -> str:
-    """The model's pass^k per category beside the never-acts baseline's."""
+
+def report_markdown(
+    domain: str, report: "EvalReport", floor: "EvalReport", note: str = "", baselines: Sequence["EvalReport"] = ()
+) -> str:
+    """The model's pass^k per category beside the never-acts baseline's and any `baselines` (e.g. the base model,
+    evaluated the same way), with the model's change over each paired task by task."""
+    from art_core.evaluate import paired_difference
+
     ks = sorted(report.pass_k)
     head = " | ".join(f"pass^{k}" for k in ks)
+    h = report.headline
+    versus = []
+    for b in baselines:
+        pair = paired_difference(report, b)
+        change = "" if pair is None or pair[1] is None else f", change {pair[0]:+.3f} ± {pair[1]:.3f} paired"
+        versus.append(f"{b.model}: {b.headline.figure()}{change}")
+    versus.append(f"never-acts: {floor.headline.value:.3f}")
     lines = [
         f"# tau2-{domain}: {report.model} on the {report.split} split ({report.scenarios} tasks x {report.trials} trials)",
         "",
-        f"Headline: {report.headline.metric} = {report.headline.figure()} (never-acts: {floor.headline.value:.3f})",
+        f"Headline: {h.metric} = {h.figure()} ({'; '.join(versus)})",
         "",
         f"| policy | tasks | reward | {head} |",
         "|---|---|---|" + "---|" * len(ks),
@@ -56,14 +75,15 @@ def report_markdown(domain: str, report: "EvalReport", floor: "EvalReport", note
     def row(name: str, n: int, reward: float, pass_k: dict[int, float]) -> str:
         return f"| {name} | {n} | {reward:.3f} | " + " | ".join(f"{pass_k.get(k, 0.0):.3f}" for k in ks) + " |"
 
-    for name, r in ((report.model, report), ("never-acts", floor)):
-        lines.append(row(f"{name}, all", r.scenarios, r.reward, r.pass_k))
+    reports = [report, *baselines, floor]
+    for r in reports:  # floor.model is "never-acts"
+        lines.append(row(f"{r.model}, all", r.scenarios, r.reward, r.pass_k))
         for category, score in r.by_category.items():
-            lines.append(row(f"{name}, {category}", score.scenarios, score.reward, score.pass_k))
-    if report.by_kind or floor.by_kind:
+            lines.append(row(f"{r.model}, {category}", score.scenarios, score.reward, score.pass_k))
+    if any(r.by_kind for r in reports):
         from art_core.reporting import kind_table
 
-        rows = [report.model_dump(), floor.model_dump()]  # floor.model is "never-acts"
+        rows = [r.model_dump() for r in reports]
         lines += ["", *kind_table(rows, rows[1:])]
     if note:
         lines += ["", note]
@@ -80,10 +100,12 @@ async def evaluate_tau2(
     trials: int = 4,
     sampling: dict[str, Any] | None = None,
     skip_judged: bool = False,
+    baselines: Sequence[str] = (),
     **options: Any,
 ) -> tuple[str, "EvalReport", "EvalReport"]:
     """(markdown report, the model's EvalReport, never-acts' EvalReport) on tau2's `split` with the scripted
-    customer; `options` go to the environment (data_dir, judge, max_steps, ...)."""
+    customer; `options` go to the environment (data_dir, judge, max_steps, ...). `baselines`: other models on
+    the same endpoint (e.g. its base model) evaluated on the same tasks and shown beside, the change paired."""
     from art_core.envs.customer_service.policies import never_acts
     from art_core.evaluate import evaluate_model, evaluate_policy
 
@@ -96,12 +118,18 @@ async def evaluate_tau2(
     report, _ = await evaluate_model(
         chosen, endpoint, model, step=0, split=split, scenarios=n, trials=trials, sampling=sampling
     )
+    others = [
+        (await evaluate_model(chosen, endpoint, b, step=0, split=split, scenarios=n, trials=trials, sampling=sampling))[
+            0
+        ]
+        for b in baselines
+    ]
     floor, _ = await evaluate_policy(chosen, never_acts, split=split, scenarios=n, trials=trials)
     note = f"{len(tasks) - n} tasks needing tau2's NL-assertion judge were left out." if n < len(tasks) else ""
     reference = reference_markdown(
         f"tau2-{domain}", {**options, "user": "scripted"}, sampling, split=split, scenarios=n, trials=trials
     )
-    return report_markdown(domain, report, floor, note) + "\n" + (reference or ""), report, floor
+    return report_markdown(domain, report, floor, note, others) + "\n" + (reference or ""), report, floor
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,8 +137,21 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domain", choices=["retail", "airline"], required=True)
-    parser.add_argument("--base-url", required=True, help="the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--model", required=True, help="the served model name (e.g. name@step)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="a running OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    where.add_argument(
+        "--storage", help="serve --model's checkpoint from this storage root (a vLLM server started and stopped here)"
+    )
+    parser.add_argument("--model", required=True, help="the served model name (e.g. name@step), or the trained model")
+    parser.add_argument("--project", help="with --storage: the model's project")
+    parser.add_argument("--step", type=int, help="with --storage: the checkpoint (default: the latest)")
+    parser.add_argument("--base-model", help="with --storage: default base_model from the model's model.json")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        help="another served model evaluated beside (repeatable); with --storage, 'base' is the base model",
+    )
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--split", default="test", choices=["train", "test"])
     parser.add_argument("--scenarios", type=int, default=None, help="only the first N tasks")
@@ -120,19 +161,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-judged", action="store_true", help="leave out tasks needing the NL-assertion judge")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
-    endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key, base_name=args.model)
-    text, _, _ = asyncio.run(
-        evaluate_tau2(
-            args.domain,
-            endpoint,
-            args.model,
-            split=args.split,
-            scenarios=args.scenarios,
-            trials=args.trials,
-            sampling={"temperature": args.temperature, "max_tokens": args.max_tokens},
-            skip_judged=args.skip_judged,
+    server = None
+    if args.storage:
+        from art_core.deploy.serve import checkpoint_to_serve, serve_adapter
+        from art_core.storage import Storage
+
+        if not args.project:
+            parser.error("--storage needs --project: the trained model's project")
+        storage = Storage(args.storage)
+        step, base = checkpoint_to_serve(storage, args.project, args.model, args.step, args.base_model)
+        print(f"serving {args.project}/{args.model} step {step} on {base} ...", flush=True)
+        server = serve_adapter(storage, args.project, args.model, step, base)
+        endpoint = Endpoint.of(server)
+    else:
+        if "base" in args.baseline:
+            parser.error("--baseline base needs --storage (with --base-url, name the served base model)")
+        endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key, base_name=args.model)
+    baselines = [endpoint.base_name if b == "base" else b for b in args.baseline]
+    try:
+        text, _, _ = asyncio.run(
+            evaluate_tau2(
+                args.domain,
+                endpoint,
+                args.model,
+                split=args.split,
+                scenarios=args.scenarios,
+                trials=args.trials,
+                sampling={"temperature": args.temperature, "max_tokens": args.max_tokens},
+                skip_judged=args.skip_judged,
+                baselines=baselines,
+            )
         )
-    )
+    finally:
+        if server is not None:
+            server.stop()
     print(text)
     if args.out:
         with open(args.out, "w") as f:
