@@ -221,6 +221,7 @@ def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], con
         "kl_to_sampler": 0.0,
         "entropy": 0.0,
         "grad_norm": 0.0,
+        "update_norm": 0.0,  # L2 norm of the adapter's change over the step: how far the policy moved
         "trainable_tokens": 0,
         "tokens": 0,  # tokens of the trained sequences, each counted whole (tokens_in_batch)
         "tokens_in_batch": 0,
@@ -358,6 +359,7 @@ def run_passes(
     total = LossStats()
     entropy_sum, kl_ref_sum, grad_norms, losses = 0.0, 0.0, [], []
     params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]  # the adapter as the step found it: what the step moved
     off_reason = prefix_sharing_off_reason(config, attention)
     packed = []
     for batch in batches:
@@ -445,7 +447,10 @@ def run_passes(
         entropy_sum, kl_ref_sum, losses = _sum_over_ranks(total, metrics, entropy_sum, kl_ref_sum, losses)
         metrics["ranks"] = ranks.world
     n = max(total.tokens, 1)
+    with torch.no_grad():  # LoRA weights are whole on every rank (fsdp.py), so this is the global norm
+        moved = sum(float((p.detach().float() - b.float()).square().sum()) for p, b in zip(params, before))
     metrics.update(
+        update_norm=math.sqrt(moved),
         loss=sum(losses) / len(losses),
         clip_fraction=total.clipped / n,
         kl_to_sampler=metrics["kl_to_sampler"] / n,

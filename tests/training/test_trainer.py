@@ -125,7 +125,7 @@ def test_a_step_with_nothing_to_learn_advances_and_says_why(tiny_model_path, tmp
     assert "no group had a reward signal" in result.metrics["nothing_trained_reason"]
     assert result.metrics["skipped_groups"] == 2 and result.metrics["trainable_tokens"] == 0
     before, after = _adapter(store, "m", 1), _adapter(store, "m", 2)
-    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(torch.equal(before[k], after[k]) for k in before) and result.metrics["update_norm"] == 0.0
 
 
 def test_resuming_from_a_checkpoint_continues_exactly(tiny_model_path, tmp_path, fresh_trainer):
@@ -173,14 +173,14 @@ def test_a_learning_rate_changed_between_steps_is_the_one_used(tiny_model_path, 
     adapter twice as far from the same checkpoint."""
     store = Storage(str(tmp_path))
     lr = 1e-3
-    moved = {}
+    moved, reported = {}, {}
     for name, step1_lr, reload in (("kept", lr, False), ("reloaded", 2 * lr, True)):
         train_grpo_step(
             base_model=tiny_model_path, groups=_groups(20), config=CFG, storage=store, project="p", name=name, step=0
         )
         if reload:
             clear_model_cache()
-        train_grpo_step(
+        reported[name] = train_grpo_step(
             base_model=tiny_model_path,
             groups=_groups(21),
             config=CFG.model_copy(update={"learning_rate": step1_lr}),
@@ -193,6 +193,9 @@ def test_a_learning_rate_changed_between_steps_is_the_one_used(tiny_model_path, 
         assert [g["lr"] for g in saved["param_groups"]] == [step1_lr]
         one, two = _adapter(store, name, 1), _adapter(store, name, 2)
         moved[name] = {k: two[k] - one[k] for k in one if "lora_B" in k}
+        # update_norm: how far the step moved the adapter, as the two saved checkpoints differ
+        norm = sum(float((two[k].float() - one[k].float()).square().sum()) for k in one) ** 0.5
+        assert reported[name].metrics["update_norm"] == pytest.approx(norm, rel=1e-2) and norm > 0
     assert all(torch.equal(_adapter(store, "kept", 1)[k], v) for k, v in _adapter(store, "reloaded", 1).items())
     for k, v in moved["kept"].items():
         assert v.abs().sum() > 0
