@@ -47,6 +47,7 @@ def serve_adapter(
         port=port,
         api_key=api_key,
         gpu_memory_utilization=None,  # serving only: vLLM takes its usual share
+        weight_swap=False,  # --lora-modules needs vLLM's LoRA, which a weight-swap server (CPU's default) runs without
         extra_args=["--lora-modules", f"{name}={local}"],
     )
     return VLLMServer(config).start()
