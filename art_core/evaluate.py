@@ -42,7 +42,19 @@ HEADLINE_CATEGORY = "write"  # where the environment has categories, the headlin
 NEVER_ACTS = "never-acts"  # the name the never-acts baseline is reported under
 
 
-class CategoryScore(BaseModel):
+class _Stored(BaseModel):
+    """A model Prefect's result cache pickles (persisted task results): one pickled before a field was added reads
+    back with that field's default. Pickle restores the old attributes without validation, so otherwise the first
+    model_dump after an upgrade (a report of a cached evaluation) fails on the missing attribute."""
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        for name, field in type(self).model_fields.items():
+            if name not in self.__dict__:
+                self.__dict__[name] = field.get_default(call_default_factory=True)
+
+
+class CategoryScore(_Stored):
     """Reward and pass^k over the scenarios of one task category."""
 
     scenarios: int
@@ -55,7 +67,7 @@ class CategoryScore(BaseModel):
     )
 
 
-class Headline(BaseModel):
+class Headline(_Stored):
     """The one figure an evaluation leads with."""
 
     metric: str = Field(description="'write pass^1' where the environment has task categories, else 'reward'.")
@@ -71,7 +83,7 @@ class Headline(BaseModel):
         return f"{self.value:.3f}" + (f" ± {self.stderr:.3f}" if self.stderr is not None else "")
 
 
-class EvalReport(BaseModel):
+class EvalReport(_Stored):
     """What one evaluation measured; stored as `eval/{step:04d}.json`."""
 
     model: str = Field(description="The served name evaluated, e.g. agent@3 or the base model.")

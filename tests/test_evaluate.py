@@ -201,3 +201,28 @@ def test_never_acts_scores_zero_on_write_tasks_through_the_evaluation(name, cate
     assert EvalReport.model_validate(saved).by_category == report.by_category
     assert EvalReport.model_validate(saved).by_kind == report.by_kind
     assert saved["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0}
+
+
+def test_a_report_pickled_before_a_field_was_added_reads_back_with_its_default():
+    """Prefect keeps cached evaluations pickled: one cached by an older version (a CategoryScore without `ids`)
+    still renders after an upgrade, without the standard error it could not know."""
+    import pickle
+
+    import cloudpickle
+
+    from art_core.reporting import eval_markdown
+
+    report = eval_report(
+        [_group("w1", [1.0, 0.0]), _group("w2", [0.0, 0.0])],
+        model="m@1",
+        step=1,
+        split="val",
+        trials=2,
+        categories={"w1": "write", "w2": "write"},
+    )
+    for score in report.by_category.values():
+        del score.__dict__["ids"]  # as the older class pickled it
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        old = pickle.loads(dumps(report))
+        assert old.by_category["write"].ids == [] and old.headline.stderr is None
+        assert "| m@1 | 1 | val | 2 x 2 | **0.250** |" in eval_markdown([old], title="m")
