@@ -125,17 +125,16 @@ def test_the_headline_carries_its_standard_error_and_a_gain_its_paired_one():
     assert "Last step vs baseline: +0.250 write pass^1, " in eval_markdown([old], title="m", baseline=before)
 
 
+def _two_tries(rewards: dict[str, list[float]], categories: dict[str, str], model: str = "m", step: int = 2):
+    """A report of 2 tries per scenario from {scenario id: its rewards}."""
+    groups = [_group(sid, r) for sid, r in rewards.items()]
+    return eval_report(groups, model=model, step=step, split="val", trials=2, categories=categories)
+
+
 def test_headline_is_the_reward_without_categories_and_survives_json():
     plain = eval_report([_group("a", [1.0, 0.0])], model="m", step=0, split="val", trials=2)
     assert plain.by_category == {} and (plain.headline.metric, plain.headline.value) == ("reward", 0.5)
-    report = eval_report(
-        [_group("w", [1.0, 0.0]), _group("r", [1.0, 1.0])],
-        model="m",
-        step=2,
-        split="val",
-        trials=2,
-        categories={"w": "write", "r": "refuse"},
-    )
+    report = _two_tries({"w": [1.0, 0.0], "r": [1.0, 1.0]}, {"w": "write", "r": "refuse"})
     stored = report.model_dump(mode="json")  # what eval/{step}.json and the baselines hold
     assert stored["headline"] == {"metric": "write pass^1", "value": 0.5, "stderr": None}  # one write task: no spread
     assert EvalReport.model_validate(stored) == report  # read back, as flows/reporting does
@@ -212,14 +211,7 @@ def test_a_report_pickled_before_a_field_was_added_reads_back_with_its_default()
 
     from art_core.reporting import eval_markdown
 
-    report = eval_report(
-        [_group("w1", [1.0, 0.0]), _group("w2", [0.0, 0.0])],
-        model="m@1",
-        step=1,
-        split="val",
-        trials=2,
-        categories={"w1": "write", "w2": "write"},
-    )
+    report = _two_tries({"w1": [1.0, 0.0], "w2": [0.0, 0.0]}, {"w1": "write", "w2": "write"}, model="m@1", step=1)
     for score in report.by_category.values():
         del score.__dict__["ids"]  # as the older class pickled it
     for dumps in (pickle.dumps, cloudpickle.dumps):
