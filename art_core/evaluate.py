@@ -155,7 +155,8 @@ def paired_difference(after: EvalReport, before: EvalReport) -> tuple[float, flo
         ids, metric = None, "reward"
     else:
         write_after, write_before = after.by_category[HEADLINE_CATEGORY], before.by_category[HEADLINE_CATEGORY]
-        ids, metric = [i for i in write_after.ids if i in set(write_before.ids)], "pass^1"
+        both = set(write_before.ids)
+        ids, metric = [i for i in write_after.ids if i in both], "pass^1"
     a, b = after.scenario_values(ids, metric), before.scenario_values(ids, metric)
     common = [i for i in a if i in b]
     if not common:

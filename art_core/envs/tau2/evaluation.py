@@ -118,12 +118,12 @@ async def evaluate_tau2(
     report, _ = await evaluate_model(
         chosen, endpoint, model, step=0, split=split, scenarios=n, trials=trials, sampling=sampling
     )
-    others = [
-        (await evaluate_model(chosen, endpoint, b, step=0, split=split, scenarios=n, trials=trials, sampling=sampling))[
-            0
-        ]
-        for b in baselines
-    ]
+    others = []  # the baselines on the same tasks, one evaluation each
+    for b in baselines:
+        other, _ = await evaluate_model(
+            chosen, endpoint, b, step=0, split=split, scenarios=n, trials=trials, sampling=sampling
+        )
+        others.append(other)
     floor, _ = await evaluate_policy(chosen, never_acts, split=split, scenarios=n, trials=trials)
     note = f"{len(tasks) - n} tasks needing tau2's NL-assertion judge were left out." if n < len(tasks) else ""
     reference = reference_markdown(
