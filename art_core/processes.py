@@ -147,6 +147,22 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def _group_stats(pgid: int) -> list[tuple[int, list[str]]]:
+    """(pid, the /proc/PID/stat fields after the command name) of each live member of group `pgid` (Linux)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append((int(entry), fields))
+    return members
+
+
 def group_members(pgid: int) -> list[int]:
     """Processes of group `pgid` that still run (zombies do not count: they only wait to be reaped).
 
@@ -158,18 +174,20 @@ def group_members(pgid: int) -> list[int]:
             return [pgid]
         except OSError:
             return []
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry))
-    return members
+    return [pid for pid, _ in _group_stats(pgid)]
+
+
+def group_cpu_seconds(pgid: int) -> float | None:
+    """CPU seconds (user + system) the live members of group `pgid` have used so far; None without /proc.
+
+    A sign of work that needs nothing from the processes themselves: a vLLM server's engine busy on one long
+    step moves it, while its /metrics still shows the last step's counts. Members that ended take their time
+    with them, so the sum can fall; compare readings with `>` for "worked since".
+    """
+    if not os.path.isdir("/proc"):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[11]) + int(fields[12]) for _, fields in _group_stats(pgid)) / ticks
 
 
 def _alive(pid: int, group: bool, started: str | None) -> bool:

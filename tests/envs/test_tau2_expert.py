@@ -149,3 +149,31 @@ def test_the_command_refuses_a_missing_checkpoint_before_serving(tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["--domain", "retail", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--baseline", "base"])
     assert "--baseline base needs --storage" in capsys.readouterr().err
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_command_serves_a_checkpoint_and_the_base_model_on_one_server_and_stops_it(
+    envs, tiny_model_path, tmp_path, capsys, monkeypatch
+):
+    """--storage: one server started here serves the step, then the base model (step 0's weights), on the same
+    tasks; the message cap is named as a departure from tau2's protocol, and the server is stopped at the end."""
+    from art_core.envs.tau2.evaluation import main
+    from art_core.inference.server import live_servers
+    from art_core.storage import Storage
+    from tests.deploy.conftest import write_checkpoint
+
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    storage = Storage(str(tmp_path / "art"))
+    write_checkpoint(storage, "proj", "agent", 1, tiny_model_path, seed=3)
+    before = set(live_servers())
+    main(
+        ["--domain", "retail", "--storage", storage.root, "--project", "proj", "--model", "agent"]
+        + ["--base-model", tiny_model_path, "--baseline", "base", "--skip-judged", "--scenarios", "3"]
+        + ["--trials", "1", "--max-tokens", "8", "--max-steps", "6"]
+    )
+    out = capsys.readouterr().out
+    assert "serving proj/agent step 1 on" in out
+    assert "| agent, all | 3 |" in out and "| base, all | 3 |" in out and "| never-acts, all | 3 |" in out
+    assert "max_steps 6 (tau2: 200)" in out
+    assert set(live_servers()) == before

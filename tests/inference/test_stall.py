@@ -188,6 +188,50 @@ async def test_a_stalled_server_we_started_is_named_with_its_pid_and_log(tmp_pat
     assert f"the server at {server.root_url} is not working on POST /v1/chat/completions" in message
     assert f"The vLLM server there serves /models/tiny (pid {pid}, is still running)." in message
     assert f"Last lines of {server.log_path}" in message and "stand-in vLLM: serving" in message
+    assert "its processes have used next to no CPU" in message  # a lost request on an idle server
+
+
+BUSY_STEP_VLLM = """
+import http.server, sys, time
+print("stand-in vLLM: one long engine step per request, /metrics at 0 until it ends", flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'vllm:num_requests_running{engine="0"} 0.0\\nvllm:num_requests_waiting{engine="0"} 0.0\\n'
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        end = time.monotonic() + float(sys.argv[2])
+        while time.monotonic() < end:  # the engine computing, a core at full use
+            sum(i * i for i in range(10000))
+        body = sys.argv[3].encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+class _BusyStepServer(VLLMServer):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", BUSY_STEP_VLLM, str(self.port), str(3 * STALL_S), json.dumps(COMPLETION)]
+
+
+async def test_a_cpu_server_we_started_busy_on_one_long_step_is_not_given_up(tmp_path):
+    # vLLM publishes its counts when an engine step ends; on 2 cores the first step of 29 long prompts outlasted
+    # the bound with /metrics at 0 running and 0 waiting, and the request was failed as lost. The server's own
+    # processes using CPU is the sign of work there.
+    server = _BusyStepServer(ServerConfig(model="/models/tiny", log_path=str(tmp_path / "server.log")))
+    server.device = "cpu"  # the stand-in computes on the CPU, whatever this machine's vLLM is built for
+    server.start()
+    try:
+        [group] = await gather_trajectory_groups([[_rollout(server.root_url)]], pbar_desc=None)
+    finally:
+        server.stop()
+    [t] = group.trajectories
+    assert t.metadata["answer"] == "hello" and t.metrics["seconds"] >= 3 * STALL_S  # ran past the bound
 
 
 def test_metrics_are_summed_over_engines():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from art_core.envs.tau2.expert import load_tau2_env, needs_judge
 from art_core.envs.tau2.published import reference_markdown
@@ -101,11 +101,16 @@ async def evaluate_tau2(
     sampling: dict[str, Any] | None = None,
     skip_judged: bool = False,
     baselines: Sequence[str] = (),
+    serve: Callable[[str], str] | None = None,
     **options: Any,
 ) -> tuple[str, "EvalReport", "EvalReport"]:
     """(markdown report, the model's EvalReport, never-acts' EvalReport) on tau2's `split` with the scripted
     customer; `options` go to the environment (data_dir, judge, max_steps, ...). `baselines`: other models on
-    the same endpoint (e.g. its base model) evaluated on the same tasks and shown beside, the change paired."""
+    the same endpoint (e.g. its base model) evaluated on the same tasks and shown beside, the change paired.
+
+    `serve`, if given, is called with each name (the model, then each baseline) just before it is evaluated and
+    returns the name to ask the endpoint for: a weight-swap server serves one step's weights at a time, so the
+    command line loads each there in turn. The report keeps the names given."""
     from art_core.envs.customer_service.policies import never_acts
     from art_core.evaluate import evaluate_model, evaluate_policy
 
@@ -115,15 +120,17 @@ async def evaluate_tau2(
     keep = [s.id for s in tasks if not (skip_judged and needs_judge(s.data["task"]))]
     chosen = _Chosen(env, keep)
     n = len(keep)
-    report, _ = await evaluate_model(
-        chosen, endpoint, model, step=0, split=split, scenarios=n, trials=trials, sampling=sampling
-    )
-    others = []  # the baselines on the same tasks, one evaluation each
-    for b in baselines:
-        other, _ = await evaluate_model(
-            chosen, endpoint, b, step=0, split=split, scenarios=n, trials=trials, sampling=sampling
+
+    async def evaluate(name: str) -> "EvalReport":
+        asked = await asyncio.to_thread(serve, name) if serve is not None else name
+        evaluated, _ = await evaluate_model(
+            chosen, endpoint, asked, step=0, split=split, scenarios=n, trials=trials, sampling=sampling
         )
-        others.append(other)
+        evaluated.model = name
+        return evaluated
+
+    report = await evaluate(model)
+    others = [await evaluate(b) for b in baselines]  # the baselines on the same tasks, one after another
     floor, _ = await evaluate_policy(chosen, never_acts, split=split, scenarios=n, trials=trials)
     note = f"{len(tasks) - n} tasks needing tau2's NL-assertion judge were left out." if n < len(tasks) else ""
     reference = reference_markdown(
@@ -159,25 +166,52 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--skip-judged", action="store_true", help="leave out tasks needing the NL-assertion judge")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="messages before an episode is cut off (tau2: 200; the report says so)",
+    )
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
+    options: dict[str, Any] = {}
     server = None
+    serve: Callable[[str], str] | None = None
+    if args.max_steps is not None:
+        options["max_steps"] = args.max_steps
     if args.storage:
-        from art_core.deploy.serve import checkpoint_to_serve, serve_adapter
+        from art_core.adapters import adapter_rank, load_checkpoint
+        from art_core.deploy.serve import checkpoint_to_serve
+        from art_core.inference.server import VLLMServer
+        from art_core.serving import server_config
         from art_core.storage import Storage
+        from art_core.store import ModelStore
 
         if not args.project:
             parser.error("--storage needs --project: the trained model's project")
+        if any(b != "base" for b in args.baseline):
+            parser.error("with --storage the only --baseline is 'base' (the base model, on the same server)")
         storage = Storage(args.storage)
         step, base = checkpoint_to_serve(storage, args.project, args.model, args.step, args.base_model)
+        store = ModelStore(storage, args.project, args.model)
+        steps = {args.model: step, "base": 0}  # step 0: the zero adapter, the base weights themselves
         print(f"serving {args.project}/{args.model} step {step} on {base} ...", flush=True)
-        server = serve_adapter(storage, args.project, args.model, step, base)
+        # The pipeline's way to serve a step: on a CPU the server runs without vLLM's LoRA and the step's adapter is
+        # merged into its weights (art_core.inference.weight_swap), about 3x the tokens a second of serving it as
+        # LoRA; each model is loaded just before its evaluation.
+        server = VLLMServer(
+            server_config(base, max_lora_rank=adapter_rank(store, step), gpu_memory_utilization=None)
+        ).start()
         endpoint = Endpoint.of(server)
+
+        def load(name: str) -> str:
+            return load_checkpoint(endpoint, store, base, steps[name])
+
+        serve = load
     else:
         if "base" in args.baseline:
             parser.error("--baseline base needs --storage (with --base-url, name the served base model)")
         endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key, base_name=args.model)
-    baselines = [endpoint.base_name if b == "base" else b for b in args.baseline]
     try:
         text, _, _ = asyncio.run(
             evaluate_tau2(
@@ -189,7 +223,9 @@ def main(argv: list[str] | None = None) -> None:
                 trials=args.trials,
                 sampling={"temperature": args.temperature, "max_tokens": args.max_tokens},
                 skip_judged=args.skip_judged,
-                baselines=baselines,
+                baselines=args.baseline,
+                serve=serve,
+                **options,
             )
         )
     finally:
