@@ -24,13 +24,14 @@ import math
 import time
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import Field, computed_field
 
 from art_core.adapters import adapter_rank, load_checkpoint
 from art_core.coroutines import run_sync
 from art_core.envs.base import Environment, Scenario
 from art_core.envs.customer_service.categories import CATEGORIES
 from art_core.envs.customer_service.policies import Policy, PolicyClient, never_acts
+from art_core.persisted import Persisted
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
 from art_core.serving import Endpoint
 from art_core.storage import Storage
@@ -42,19 +43,7 @@ HEADLINE_CATEGORY = "write"  # where the environment has categories, the headlin
 NEVER_ACTS = "never-acts"  # the name the never-acts baseline is reported under
 
 
-class _Stored(BaseModel):
-    """A model Prefect's result cache pickles (persisted task results): one pickled before a field was added reads
-    back with that field's default. Pickle restores the old attributes without validation, so otherwise the first
-    model_dump after an upgrade (a report of a cached evaluation) fails on the missing attribute."""
-
-    def __setstate__(self, state: dict[Any, Any]) -> None:
-        super().__setstate__(state)
-        for name, field in type(self).model_fields.items():
-            if name not in self.__dict__:
-                self.__dict__[name] = field.get_default(call_default_factory=True)
-
-
-class CategoryScore(_Stored):
+class CategoryScore(Persisted):
     """Reward and pass^k over the scenarios of one task category."""
 
     scenarios: int
@@ -67,7 +56,7 @@ class CategoryScore(_Stored):
     )
 
 
-class Headline(_Stored):
+class Headline(Persisted):
     """The one figure an evaluation leads with."""
 
     metric: str = Field(description="'write pass^1' where the environment has task categories, else 'reward'.")
@@ -83,7 +72,7 @@ class Headline(_Stored):
         return f"{self.value:.3f}" + (f" ± {self.stderr:.3f}" if self.stderr is not None else "")
 
 
-class EvalReport(_Stored):
+class EvalReport(Persisted):
     """What one evaluation measured; stored as `eval/{step:04d}.json`."""
 
     model: str = Field(description="The served name evaluated, e.g. agent@3 or the base model.")

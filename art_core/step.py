@@ -22,12 +22,12 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel
 
 from art_core.adapters import adapter_rank, load_checkpoint
 from art_core.coroutines import run_sync
 from art_core.fanout import Replicas, roll_out_on_ray
 from art_core.inference.server import VLLMServer
+from art_core.persisted import Persisted
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups, scenarios_for_step, step_sampling
 from art_core.serving import Endpoint, sleeps_for_training
 from art_core.store import ModelRef, ModelStore, file_fingerprint
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 # ---- gather ----------------------------------------------------------------------------------------
-class GatherOutcome(BaseModel):
+class GatherOutcome(Persisted):
     """Where a step's rollouts are, what they scored, and whether they were reused from storage."""
 
     step: int

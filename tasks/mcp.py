@@ -15,12 +15,12 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
-from pydantic import BaseModel
+from art_core.persisted import Persisted
 
 from art_pipeline.tasks.results import cached_on
 
 
-class McpScenarios(BaseModel):
+class McpScenarios(Persisted):
     """Where a stored scenario set is, how many it holds, by split, and what generating it cost."""
 
     uri: str | None  # None when the tasks were given by hand

@@ -14,12 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from art_core.persisted import Persisted
 from art_core.rewards.config import JudgeConfig
 from art_core.rollouts import RolloutSpec
 from art_core.store import ModelRef
 
 
-class ScoreResult(BaseModel):
+class ScoreResult(Persisted):
     """Where the scored groups are (the gathered file itself when no judge rescored them)."""
 
     step: int
