@@ -1,11 +1,14 @@
-"""What a model's chat template does with tools, and a tool-aware template for ChatML models that lack one.
+"""What a model's chat template does with tools, and a tool-aware template for models that lack one.
 
 A template that ignores `tools=` renders a prompt with no tool in it: the model is asked to use tools it
 was never shown, and a tool task would train on those prompts. `renders_tools` finds out by rendering a
 probe tool; `ensure_tool_template` gives a ChatML model folder (SmolLM2's, say) a template that lists the
 tools in the system turn and writes calls and results in the hermes format (`<tools>`, `<tool_call>`,
 `<tool_response>`), the format vLLM's `hermes` tool parser reads back. Without tools the new template
-renders exactly as the old one did: its old text is kept as the no-tools branch.
+renders exactly as the old one did: its old text is kept as the no-tools branch. A base model that ships no
+template at all (Gemma 3 270M's GGUF) gets a whole one in the turn markup its vocabulary holds: ChatML's
+`<|im_start|>`/`<|im_end|>`, or Gemma's `<start_of_turn>`/`<end_of_turn>` (with its `<bos>` first and
+`model` for the assistant's turns), and the end-of-turn token among the tokens generation stops at.
 
     >>> renders_tools(tokenizer)                  # doctest: +SKIP
     False
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -87,9 +91,46 @@ _TOOLS_BRANCH = r"""
 """
 
 
-def tool_template(original: str, default_system: str | None) -> str:
+@dataclass(frozen=True)
+class TurnMarkup:
+    """How a template marks its turns: `start` + role + newline ... `end` + newline."""
+
+    start: str
+    end: str
+    assistant: str  # the role name written for the assistant's turns
+    bos: bool  # the template writes the tokenizer's bos_token first
+
+    def branch(self) -> str:
+        """The tools branch (written for ChatML) in this markup."""
+        first = _TOOLS_BRANCH.replace(r"<|im_start|>assistant\n", self.start + self.assistant + r"\n")
+        return first.replace("<|im_start|>", self.start).replace("<|im_end|>", self.end)
+
+    def plain(self) -> str:
+        """A template without tools: each message a turn, the assistant's own role name for its turns."""
+        role = f"('{self.assistant}' if message['role'] == 'assistant' else message['role'])"
+        return (
+            "{%- for message in messages -%}"
+            f"{{{{- '{self.start}' + {role} + '\\n' + (message['content'] or '') + '{self.end}\\n' -}}}}"
+            "{%- endfor -%}"
+            f"{{%- if add_generation_prompt -%}}{{{{- '{self.start}{self.assistant}\\n' -}}}}{{%- endif -%}}"
+        )
+
+
+CHATML = TurnMarkup("<|im_start|>", "<|im_end|>", "assistant", bos=False)
+GEMMA = TurnMarkup("<start_of_turn>", "<end_of_turn>", "model", bos=True)
+
+
+def vocabulary_markup(tokenizer: Any) -> TurnMarkup | None:
+    """The turn markup whose markers are single tokens of this vocabulary (ChatML first), else None."""
+    for markup in (CHATML, GEMMA):
+        if all(len(tokenizer.encode(m, add_special_tokens=False)) == 1 for m in (markup.start, markup.end)):
+            return markup
+    return None
+
+
+def tool_template(original: str, default_system: str | None, markup: TurnMarkup = CHATML) -> str:
     """A template that renders tools hermes-style and otherwise renders exactly as `original`."""
-    if "<|im_start|>" not in original:
+    if markup.start not in original:
         raise ToolTemplateError(
             "the chat template is not ChatML (no <|im_start|>), so no tool section can be added to it "
             "automatically; give the model folder a chat template that renders `tools` (tokenizer_config.json's "
@@ -99,8 +140,10 @@ def tool_template(original: str, default_system: str | None) -> str:
     return (
         "{%- set DEFAULT_SYSTEM = "
         + system
-        + " -%}\n{%- if tools -%}"
-        + _TOOLS_BRANCH
+        + " -%}\n"
+        + ("{{- bos_token -}}" if markup.bos else "")
+        + "{%- if tools -%}"
+        + markup.branch()
         + "{%- else -%}"
         + original
         + "{%- endif -%}"
@@ -118,14 +161,51 @@ def ensure_tool_template(model_dir: str | os.PathLike) -> bool:
     if renders_tools(tokenizer):
         return False
     original = tokenizer.chat_template
-    if not isinstance(original, str):
-        raise ToolTemplateError(f"{model_dir}: the tokenizer has no single chat template to extend")
-    tokenizer.chat_template = tool_template(original, default_system_prompt(tokenizer))
+    if original is None:  # a base model: a whole template in the markup its vocabulary has
+        markup = vocabulary_markup(tokenizer)
+        if markup is None:
+            raise ToolTemplateError(
+                f"{model_dir}: the model ships no chat template (a base model), and its vocabulary has neither "
+                "ChatML's <|im_start|>/<|im_end|> nor Gemma's <start_of_turn>/<end_of_turn> as single tokens to "
+                "write one with. Give the folder a chat template that renders `tools` (tokenizer_config.json's "
+                "chat_template)"
+            )
+        tokenizer.chat_template = tool_template(markup.plain(), None, markup)
+        _stop_at_turn_end(model_dir, tokenizer, markup)
+    elif not isinstance(original, str):
+        raise ToolTemplateError(f"{model_dir}: the tokenizer has several chat templates; name one that renders tools")
+    else:
+        tokenizer.chat_template = tool_template(original, default_system_prompt(tokenizer))
     if not renders_tools(tokenizer):
         raise ToolTemplateError(f"{model_dir}: the tool-aware template still renders no tools")
     tokenizer.save_pretrained(str(model_dir))
-    log.warning("%s: its chat template ignored tools=; it now lists them in the system turn (hermes format)", model_dir)
+    if original is None:
+        log.warning(
+            "%s: it had no chat template; it now has one in its vocabulary's turn markup, tools in the system turn (hermes format)",
+            model_dir,
+        )
+    else:
+        log.warning(
+            "%s: its chat template ignored tools=; it now lists them in the system turn (hermes format)", model_dir
+        )
     return True
+
+
+def _stop_at_turn_end(model_dir: str | os.PathLike, tokenizer: Any, markup: TurnMarkup) -> None:
+    """Make the end-of-turn token one that generation stops at (generation_config.json's eos_token_id), as
+    chat models ship it: a base model's stops only at its end of text, and would answer for the customer."""
+    from transformers import GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(str(model_dir))
+    except OSError:  # no generation_config.json
+        config = GenerationConfig()
+    eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
+    stops = [eos] if isinstance(eos, int) else list(eos or [])
+    end = tokenizer.convert_tokens_to_ids(markup.end)
+    if end not in stops:
+        config.eos_token_id = stops + [end]
+        config.save_pretrained(str(model_dir))
 
 
 _checked: dict[tuple[str, float], bool] = {}

@@ -147,3 +147,72 @@ def test_a_template_that_is_not_chatml_is_refused_with_how_to_fix_it():
 
     with pytest.raises(ToolTemplateError, match="not ChatML"):
         tool_template("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}{% endfor %}", None)
+
+
+def _base_model_tokenizer(folder, specials: list[str]) -> None:
+    """A byte-level BPE tokenizer with these special tokens and no chat template, as a base model's GGUF has."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GenerationConfig, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["How much is the lamp? It costs $37.", json.dumps(TOOLS)] * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+    if "<bos>" in specials:
+        fast.bos_token = "<bos>"
+    assert fast.chat_template is None
+    fast.save_pretrained(str(folder))
+    GenerationConfig(eos_token_id=fast.eos_token_id).save_pretrained(str(folder))
+
+
+def test_a_gemma_base_model_without_a_template_gets_one_in_its_own_turn_markup(tmp_path):
+    """Gemma 3 270M's GGUF ships no chat template: it gets a whole one in Gemma's markup (bos first, `model`
+    turns), tools in the system turn, and generation stops at <end_of_turn>; SFT trains each model turn to its end."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from art_core.chat_template import ensure_tool_template, renders_tools
+    from art_core.training.sft import tokenize_sft
+
+    _base_model_tokenizer(tmp_path, ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"])
+    assert ensure_tool_template(tmp_path) is True
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert renders_tools(tok)
+    user = [{"role": "user", "content": "How much is the lamp?"}]
+    assert tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True) == (
+        "<bos><start_of_turn>user\nHow much is the lamp?<end_of_turn>\n<start_of_turn>model\n"
+    )
+    call = {"type": "function", "function": {"name": "lookup_price", "arguments": '{"item": "lamp"}'}}
+    chat = [
+        *user,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": '{"price": "$37"}'},
+        {"role": "assistant", "content": "It costs $37."},
+    ]
+    text = tok.apply_chat_template(chat, tools=TOOLS, tokenize=False)
+    assert text.startswith("<bos><start_of_turn>system\n") and '"name": "place_order"' in text
+    assert '<start_of_turn>model\n<tool_call>\n{"name": "lookup_price", "arguments": {"item": "lamp"}}' in text
+    assert "<start_of_turn>user\n<tool_response>\n" in text and "<start_of_turn>assistant" not in text
+    end = tok.convert_tokens_to_ids("<end_of_turn>")
+    assert end in GenerationConfig.from_pretrained(str(tmp_path)).eos_token_id
+    seq = tokenize_sft(chat, TOOLS, tok)
+    trained = tok.decode([t for t, m in zip(seq.input_ids, seq.trainable) if m])
+    assert (
+        trained
+        == '<tool_call>\n{"name": "lookup_price", "arguments": {"item": "lamp"}}\n</tool_call><end_of_turn>'
+        + ("It costs $37.<end_of_turn>")
+    )
+
+
+def test_a_base_model_with_no_template_and_no_turn_tokens_is_refused_saying_what_to_give_it(tmp_path):
+    from art_core.chat_template import ToolTemplateError, ensure_tool_template
+
+    _base_model_tokenizer(tmp_path, ["<pad>", "<eos>"])
+    with pytest.raises(ToolTemplateError, match="ships no chat template .* Give the folder a chat template"):
+        ensure_tool_template(tmp_path)
