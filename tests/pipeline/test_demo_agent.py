@@ -41,3 +41,14 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
 
     again = main(argv)  # finished: from the cache, nothing trained again
     assert again["train"].trained_steps == [] and again["train"].sft.trained_steps == []
+
+
+def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refused_first(tmp_path, capsys):
+    from art_pipeline.flows.demo_agent import main, model_name
+
+    assert model_name("airline", 2, str(tmp_path / "gemma-3-270m-q4_k_m.gguf")) == "airline-seed2-gemma-3-270m-q4_k_m"
+    assert model_name("retail", 0) == "retail-seed0"  # SmolLM2's runs keep their names
+    with pytest.raises(SystemExit):
+        main(["--base-model", str(tmp_path / "missing.gguf"), "--storage", str(tmp_path / "art")])
+    assert "no such GGUF file" in capsys.readouterr().err
+    assert not (tmp_path / "art").exists()  # refused before anything was stored
