@@ -17,6 +17,11 @@ registered with transformers ("art_packed") that is told where the segments are:
 
 Nothing is registered as a mask function for "art_packed", so transformers builds no mask at all.
 
+Sliding-window layers (Gemma 3: 5 of every 6 layers see only the last 512 tokens; Mistral) get the window
+transformers passes them: a query attends to keys less than `sliding_window` positions back, in its own segment
+and shared prefix, as the model and vLLM compute it. Such layers attend per segment in "flex" mode too (its one
+block mask is the full-attention one). A model whose attention caps its logits (Gemma 2's softcapping) is refused.
+
     >>> with packed_attention(model, "segments"):                                   # doctest: +SKIP
     ...     hidden = decoder(input_ids=ids, position_ids=pos, **attention_kwargs(pos, "segments")).last_hidden_state
 """
@@ -75,12 +80,13 @@ def segment_bounds(position_ids: "torch.Tensor") -> list[tuple[int, int, int]]:
     return out
 
 
-def _segment_attention(query, key, value, scaling, segments):
+def _segment_attention(query, key, value, scaling, segments, sliding_window=None):
     """query [B, H, L, D], key/value [B, Hkv, L, D] -> [B, H, L, D], attending within each segment.
 
     `segments` are (row, start, end, context_start, context_end): a segment with a context (a shared prefix,
     prefixes.py) attends to the context's keys, then to its own causally: SDPA over the concatenated keys with
-    a lower-right causal mask, the positions a query of its unshared sequence would attend to.
+    a lower-right causal mask, the positions a query of its unshared sequence would attend to. With a
+    `sliding_window` W, a query also sees only keys fewer than W positions before its own.
     """
     import torch
     import torch.nn.functional as F
@@ -98,8 +104,14 @@ def _segment_attention(query, key, value, scaling, segments):
         else:
             k = torch.cat([key[r : r + 1, :, cs:ce], key[r : r + 1, :, s:e]], dim=2)
             v = torch.cat([value[r : r + 1, :, cs:ce], value[r : r + 1, :, s:e]], dim=2)
-        # Lower-right causal: query i of the segment sees the context and keys up to its own position.
-        mask = torch.ones(e - s, k.shape[2], dtype=torch.bool, device=q.device).tril(ce - cs) if ce > cs else None
+        # Lower-right causal: query i of the segment sees the context and keys up to its own position (context
+        # length + i); within a window W also none before position context length + i - W + 1.
+        mask = None
+        windowed = sliding_window is not None and k.shape[2] > sliding_window
+        if ce > cs or windowed:
+            mask = torch.ones(e - s, k.shape[2], dtype=torch.bool, device=q.device).tril(ce - cs)
+            if windowed:
+                mask = mask.triu(ce - cs - sliding_window + 1)
         short = upcast and k.shape[2] < CPU_BF16_UPCAST_BELOW
         if short:
             q, k, v = q.float(), k.float(), v.float()
@@ -128,12 +140,18 @@ def art_packed_attention(module, query, key, value, attention_mask, dropout: flo
     """The attention function transformers calls in "art_packed" mode; returns ([B, L, H, D], None)."""
     if dropout:
         raise ValueError("art_packed attention does not implement attention dropout (Qwen2 and Llama train without)")
+    if kwargs.get("softcap"):
+        raise ValueError(
+            "art_packed attention does not cap attention logits (this model's attention softcapping, Gemma 2's); "
+            "train it with TrainConfig(packed_attention='mask')"
+        )
     block_mask = kwargs.get("art_block_mask")
     segments = kwargs.get("art_segments")
-    if block_mask is not None:
+    window = kwargs.get("sliding_window")
+    if block_mask is not None and window is None:
         out = _flex_attention(query, key, value, scaling, block_mask)
-    elif segments is not None:
-        out = _segment_attention(query, key, value, scaling, segments)
+    elif segments is not None:  # flex mode passes the segments too, for its sliding-window layers
+        out = _segment_attention(query, key, value, scaling, segments, window)
     else:
         # Fail loud: without segment bounds this function would attend across the row's sequences.
         raise RuntimeError("art_packed attention was called without art_segments/art_block_mask (see attention.py)")
@@ -185,7 +203,7 @@ def attention_kwargs(
         mask = create_block_mask(
             same_segment_causal, B=rows, H=None, Q_LEN=length, KV_LEN=length, device=position_ids.device
         )
-    return {"art_block_mask": mask}
+    return {"art_block_mask": mask, "art_segments": segments}
 
 
 @contextlib.contextmanager

@@ -260,3 +260,54 @@ def test_shared_prefixes_under_compiled_flex_attention_on_cuda(tiny_model_path):
     for key, (logp, grad) in out.items():
         assert torch.allclose(logp, ref[0], atol=1e-4), key
         assert torch.allclose(grad, ref[1], atol=1e-3, rtol=1e-3), key
+
+
+def _tiny_gemma3(window: int):
+    """A random Gemma 3 with one sliding-window layer (window `window`) and one full-attention layer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        vocab_size=4096,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        sliding_window=window,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    return Gemma3ForCausalLM(config).train()
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_sliding_window_layers_attend_as_the_model_does_in_packed_and_shared_rows(share):
+    """Gemma 3's sliding-window layers see the last `sliding_window` tokens only (512 in the real model, whose
+    retail prompts run 4.4k tokens). Packed per-segment attention, shared prefixes or not, gives the logprobs
+    transformers' own eager attention gives each sequence alone, and the gradients of their sum."""
+    from art_core.training import attention
+
+    model = _tiny_gemma3(window=8)  # the sequences run 38 to 70 tokens: the window binds
+    seqs = _seqs()
+    model.set_attn_implementation("eager")
+    expected = []
+    for s in seqs:
+        ids = torch.tensor([s.input_ids])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        at = torch.tensor([t for t in range(1, len(s.input_ids)) if s.trainable[t]])
+        expected.append(logp[at - 1, ids[0, at]])
+    sum((lp * (i + 1)).sum() for i, lp in enumerate(expected)).backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+
+    parts = pack_sequences(seqs, [1.0] * len(seqs), 4096, tokens_per_forward=8192, share_prefixes=share)
+    with attention.packed_attention(model, "segments"):
+        logps = _per_sequence(model, parts, "segments")
+        sum((lp * (i + 1)).sum() for i, lp in logps.items()).backward()
+    assert torch.allclose(torch.cat([logps[i] for i in sorted(logps)]), torch.cat(expected), atol=1e-5)
+    for name, grad in reference.items():
+        assert torch.allclose(model.get_parameter(name).grad, grad, atol=1e-5 * float(grad.abs().max()), rtol=1e-4), (
+            name
+        )
