@@ -153,16 +153,29 @@ async def test_a_server_without_vllm_metrics_is_never_judged():
     assert t.metadata["answer"] == "hello" and t.metrics["seconds"] >= 2 * STALL_S
 
 
-LOSING_VLLM = """
+# A stand-in for vLLM that we start as a server of ours. /metrics always reports 0 running and 0 waiting. "lose":
+# a chat request is read and never answered, with the process idle. "busy SECONDS BODY": one long engine step
+# per request, a core at full use, then the answer (vLLM publishes its counts only when a step ends).
+STAND_IN_VLLM = """
 import http.server, sys, time
-print("stand-in vLLM: serving; chat requests are lost", flush=True)
+lose = sys.argv[2] == "lose"
+print("stand-in vLLM: serving; chat requests are " + ("lost" if lose else "answered after a long step"), flush=True)
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = b'vllm:num_requests_running{engine="0"} 0.0\\nvllm:num_requests_waiting{engine="0"} 0.0\\n'
         self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
         self.wfile.write(body)
     def do_POST(self):
-        time.sleep(600)
+        if lose:
+            time.sleep(600)
+        self.rfile.read(int(self.headers["content-length"]))
+        end = time.monotonic() + float(sys.argv[3])
+        while time.monotonic() < end:
+            sum(i * i for i in range(10000))
+        body = sys.argv[4].encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
     def log_message(self, *a):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
@@ -171,7 +184,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
 
 class _LosingServer(VLLMServer):
     def command(self) -> list[str]:
-        return [sys.executable, "-c", LOSING_VLLM, str(self.port)]
+        return [sys.executable, "-c", STAND_IN_VLLM, str(self.port), "lose"]
 
 
 async def test_a_stalled_server_we_started_is_named_with_its_pid_and_log(tmp_path):
@@ -191,32 +204,9 @@ async def test_a_stalled_server_we_started_is_named_with_its_pid_and_log(tmp_pat
     assert "its processes have used next to no CPU" in message  # a lost request on an idle server
 
 
-BUSY_STEP_VLLM = """
-import http.server, sys, time
-print("stand-in vLLM: one long engine step per request, /metrics at 0 until it ends", flush=True)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b'vllm:num_requests_running{engine="0"} 0.0\\nvllm:num_requests_waiting{engine="0"} 0.0\\n'
-        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def do_POST(self):
-        self.rfile.read(int(self.headers["content-length"]))
-        end = time.monotonic() + float(sys.argv[2])
-        while time.monotonic() < end:  # the engine computing, a core at full use
-            sum(i * i for i in range(10000))
-        body = sys.argv[3].encode()
-        self.send_response(200); self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
-
-
 class _BusyStepServer(VLLMServer):
     def command(self) -> list[str]:
-        return [sys.executable, "-c", BUSY_STEP_VLLM, str(self.port), str(3 * STALL_S), json.dumps(COMPLETION)]
+        return [sys.executable, "-c", STAND_IN_VLLM, str(self.port), "busy", str(3 * STALL_S), json.dumps(COMPLETION)]
 
 
 async def test_a_cpu_server_we_started_busy_on_one_long_step_is_not_given_up(tmp_path):
