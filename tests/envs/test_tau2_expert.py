@@ -149,6 +149,8 @@ def test_the_command_refuses_a_missing_checkpoint_before_serving(tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["--domain", "retail", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--baseline", "base"])
     assert "--baseline base needs --storage" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="max_steps"):  # before the checkpoint is looked for or a server starts
+        main(["--domain", "retail", "--storage", str(tmp_path), "--project", "p", "--model", "m", "--max-steps", "1"])
 
 
 @pytest.mark.vllm

@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     serve: Callable[[str], str] | None = None
     if args.max_steps is not None:
         options["max_steps"] = args.max_steps
+    load_tau2_env(args.domain, **options)  # missing tau2 data or a bad option: said here, before any server starts
     if args.storage:
         from art_core.adapters import adapter_rank, load_checkpoint
         from art_core.deploy.serve import checkpoint_to_serve
