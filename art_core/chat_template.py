@@ -172,22 +172,16 @@ def ensure_tool_template(model_dir: str | os.PathLike) -> bool:
             )
         tokenizer.chat_template = tool_template(markup.plain(), None, markup)
         _stop_at_turn_end(model_dir, tokenizer, markup)
+        done = "it had no chat template; it now has one in its vocabulary's turn markup"
     elif not isinstance(original, str):
         raise ToolTemplateError(f"{model_dir}: the tokenizer has several chat templates; name one that renders tools")
     else:
         tokenizer.chat_template = tool_template(original, default_system_prompt(tokenizer))
+        done = "its chat template ignored tools=; it now has one that renders them"
     if not renders_tools(tokenizer):
         raise ToolTemplateError(f"{model_dir}: the tool-aware template still renders no tools")
     tokenizer.save_pretrained(str(model_dir))
-    if original is None:
-        log.warning(
-            "%s: it had no chat template; it now has one in its vocabulary's turn markup, tools in the system turn (hermes format)",
-            model_dir,
-        )
-    else:
-        log.warning(
-            "%s: its chat template ignored tools=; it now lists them in the system turn (hermes format)", model_dir
-        )
+    log.warning("%s: %s, tools in the system turn (hermes format)", model_dir, done)
     return True
 
 

@@ -22,7 +22,6 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
-
 from art_core.adapters import adapter_rank, load_checkpoint
 from art_core.coroutines import run_sync
 from art_core.fanout import Replicas, roll_out_on_ray

@@ -15,8 +15,8 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
-from art_core.persisted import Persisted
 
+from art_core.persisted import Persisted
 from art_pipeline.tasks.results import cached_on
 
 

