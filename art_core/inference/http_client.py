@@ -340,11 +340,12 @@ def server_watch(root: str, headers: dict[str, str] | None = None) -> ServerWatc
 
 def local_cpu_server_group(root: str) -> int | None:
     """The process group of the CPU vLLM server at `root` that this process started and still runs, else None."""
-    if "art_core.inference.server" not in sys.modules:  # not imported: this process started no server
+    # Read through sys.modules, not imported: the server module imports this one, and if it was never imported
+    # this process started no server.
+    server_module = sys.modules.get("art_core.inference.server")
+    if server_module is None:
         return None
-    from art_core.serving import live_server_at
-
-    server = live_server_at(f"{root}/v1")
+    server = next((s for s in server_module.live_servers() if s.root_url == root), None)
     return server.pid if server is not None and server.device == "cpu" else None
 
 
