@@ -89,7 +89,6 @@ def _segment_attention(query, key, value, scaling, segments, sliding_window=None
     `sliding_window` W, a query also sees only keys fewer than W positions before its own.
     """
     import torch
-    import torch.nn.functional as F
 
     gqa = query.shape[1] != key.shape[1]
     # CPU bf16 (precision.py): torch's CPU flash-attention backward runs short segments 2-3x slower in bf16
@@ -104,22 +103,53 @@ def _segment_attention(query, key, value, scaling, segments, sliding_window=None
         else:
             k = torch.cat([key[r : r + 1, :, cs:ce], key[r : r + 1, :, s:e]], dim=2)
             v = torch.cat([value[r : r + 1, :, cs:ce], value[r : r + 1, :, s:e]], dim=2)
-        # Lower-right causal: query i of the segment sees the context and keys up to its own position (context
-        # length + i); within a window W also none before position context length + i - W + 1.
-        mask = None
-        windowed = sliding_window is not None and k.shape[2] > sliding_window
-        if ce > cs or windowed:
-            mask = torch.ones(e - s, k.shape[2], dtype=torch.bool, device=q.device).tril(ce - cs)
-            if windowed:
-                mask = mask.triu(ce - cs - sliding_window + 1)
-        short = upcast and k.shape[2] < CPU_BF16_UPCAST_BELOW
-        if short:
-            q, k, v = q.float(), k.float(), v.float()
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scaling, enable_gqa=gqa
-        )
-        by_row.setdefault(r, []).append(out.to(query.dtype) if short else out)
+        if sliding_window is not None and k.shape[2] > sliding_window:
+            out = _windowed_attention(q, k, v, scaling, ce - cs, sliding_window, gqa, upcast)
+        else:
+            out = _attend(q, k, v, scaling, ce - cs, None, gqa, upcast)
+        by_row.setdefault(r, []).append(out)
     return torch.cat([torch.cat(by_row[r], dim=2) for r in range(query.shape[0])], dim=0)
+
+
+def _attend(q, k, v, scaling, offset, window, gqa, upcast):
+    """SDPA of queries q over keys k, query i sitting at key position `offset` + i (lower-right causal: it sees
+    keys up to there); with a `window` W, also none before key position `offset` + i - W + 1."""
+    import torch
+    import torch.nn.functional as F
+
+    if window is not None and k.shape[2] <= window:  # every query's window holds all its keys
+        window = None
+    mask = None
+    if offset or window is not None:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(offset)
+        if window is not None:
+            mask = mask.triu(offset - window + 1)
+    short = upcast and k.shape[2] < CPU_BF16_UPCAST_BELOW
+    out = F.scaled_dot_product_attention(
+        *((q.float(), k.float(), v.float()) if short else (q, k, v)),
+        attn_mask=mask,
+        is_causal=mask is None,
+        scale=scaling,
+        enable_gqa=gqa,
+    )
+    return out.to(q.dtype) if short else out
+
+
+def _windowed_attention(q, k, v, scaling, offset, window, gqa, upcast):
+    """`_attend` with a sliding window, over blocks of `window` queries, each against only the keys its window
+    reaches (at most 2W - 1). One masked SDPA over all the keys computes every query against every key (an
+    explicit mask lets no kernel skip a block): for Gemma 3's 4.4k-token retail rows and W 512, blocks compute
+    about a quarter of that."""
+    import torch
+
+    outs = []
+    for a in range(0, q.shape[2], window):
+        b = min(a + window, q.shape[2])
+        k0, k1 = max(0, offset + a - window + 1), offset + b  # the keys queries a..b-1 may see
+        outs.append(
+            _attend(q[:, :, a:b], k[:, :, k0:k1], v[:, :, k0:k1], scaling, offset + a - k0, window, gqa, upcast)
+        )
+    return torch.cat(outs, dim=2)
 
 
 def _flex_attention(query, key, value, scaling, block_mask):
