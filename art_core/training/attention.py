@@ -103,10 +103,10 @@ def _segment_attention(query, key, value, scaling, segments, sliding_window=None
         else:
             k = torch.cat([key[r : r + 1, :, cs:ce], key[r : r + 1, :, s:e]], dim=2)
             v = torch.cat([value[r : r + 1, :, cs:ce], value[r : r + 1, :, s:e]], dim=2)
-        if sliding_window is not None and k.shape[2] > sliding_window:
-            out = _windowed_attention(q, k, v, scaling, ce - cs, sliding_window, gqa, upcast)
-        else:
+        if sliding_window is None:
             out = _attend(q, k, v, scaling, ce - cs, None, gqa, upcast)
+        else:  # keys within one window come out as one block, attended causally (_attend drops the window)
+            out = _windowed_attention(q, k, v, scaling, ce - cs, sliding_window, gqa, upcast)
         by_row.setdefault(r, []).append(out)
     return torch.cat([torch.cat(by_row[r], dim=2) for r in range(query.shape[0])], dim=0)
 
