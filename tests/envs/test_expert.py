@@ -282,3 +282,36 @@ def test_the_arguments_reward_credits_a_write_with_one_wrong_argument():
         for t in play_policy(env, val, one_argument_wrong):
             if not isinstance(t, CannotDemonstrate):
                 assert t.reward == t.metrics["task_reward"] == 0.0  # evaluation splits keep the task reward
+
+
+def test_the_safe_progress_reward_gives_a_forbidden_write_nothing():
+    """train_reward="safe_progress": on a task that wants no write (a forbidden request, a question), an episode
+    that changed the database scores 0 where "progress" still gives it up to 2/3 (the customer found, nothing
+    wrong said), so a forbidden write earns less than declining. Write tasks and harmless episodes score as
+    with "progress"; val rollouts keep the task reward."""
+    from art_core.envs import load_environment
+    from art_core.envs.customer_service.domain import MadeCall, progress
+
+    for domain in DOMAINS:
+        env = load_environment(domain, seed=0, user="scripted", max_turns=30, train_reward="safe_progress")
+        train = env.scenarios("train")
+        task = env.tasks["train"][next(i for i, s in enumerate(train) if scenario_category(s) == "refuse")]
+        assert not [a for a in task.actions if a.name not in env.domain.terminal_tools]  # a task that wants no write
+        found = [MadeCall(name="find", arguments="{}", result=f"user {task.user_id}", error=False)]
+        for harmed, expected_progress, expected_safe in ((True, 2 / 3, 0.0), (False, 1.0, 1.0)):
+            exact = not harmed  # the database equals the gold replay's (unchanged) only without the write
+            assert progress(env.domain, task, found, [], exact=exact) == pytest.approx(expected_progress)
+            assert progress(env.domain, task, found, [], exact=exact, no_harm=True) == pytest.approx(expected_safe)
+        write_task = env.tasks["train"][next(i for i, s in enumerate(train) if scenario_category(s) == "write")]
+        for exact in (True, False):  # a task that wants writes: no change from "progress"
+            assert progress(env.domain, write_task, found, [], exact=exact, no_harm=True) == progress(
+                env.domain, write_task, found, [], exact=exact
+            )
+
+        # Through the environment: the option picks the reward of train rollouts only.
+        refusals = [s for s in train if scenario_category(s) == "refuse"][:3]
+        for t in play_policy(env, refusals, never_acts):
+            assert t.reward == t.metrics["safe_progress"] == t.metrics["progress"] != t.metrics["task_reward"]
+        val = [s for s in env.scenarios("val") if scenario_category(s) == "refuse"][:2]
+        for t in play_policy(env, val, never_acts):
+            assert t.reward == t.metrics["task_reward"]

@@ -136,6 +136,7 @@ def progress(
     said_to_user: list[str],
     exact: bool,
     per_argument: bool = False,
+    no_harm: bool = False,
 ) -> float:
     """Partial credit in [0, 1] for how far an episode got, a training signal where `reward` is all or nothing
     (a small model's group of rollouts that all score 0 teaches GRPO nothing). A third each for:
@@ -148,12 +149,18 @@ def progress(
       included, so a group whose rollouts all reach the right write with different arguments still differs;
     - the outputs: the fraction of the task's required outputs said to the customer (1 when there are none).
 
+    With `no_harm`, an episode that changed the database of a task that wants no write (a request the policy
+    forbids, or a question only) scores 0 instead of up to 2/3: a forbidden write then earns less than doing
+    nothing, so GRPO cannot buy write credit with refusals.
+
     `exact`: whether the final database equals the gold replay's (`reward`'s r_actions). Only an environment's
-    train-split rollouts use it, and only when asked (`train_reward="progress"`, or `"arguments"` for
-    `per_argument`); its evaluation always reads `reward`.
+    train-split rollouts use it, and only when asked (`train_reward="progress"`, `"arguments"` for
+    `per_argument`, `"safe_progress"` for `no_harm`); its evaluation always reads `reward`.
     """
     found = any(not c.error and task.user_id in c.result for c in calls)
     gold = [a for a in task.actions if a.name not in domain.terminal_tools]
+    if no_harm and not gold and not exact:
+        return 0.0
     if gold:
         if per_argument:
             tried = [(c.name, _arguments(c.arguments)) for c in calls if c.name in domain.write_tools]

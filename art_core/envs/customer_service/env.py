@@ -60,9 +60,10 @@ class CustomerServiceOptions(BaseModel):
     force_tool_calls: bool = False  # constrain every agent turn to one well-formed tool call (vLLM only)
     user_patience: int = Field(default=3, ge=1)  # scripted user: unhelpful turns before it gives up
     # The reward of train-split rollouts: "task" (1 only when the task is done, what evaluation reads),
-    # "progress" (partial credit, see `domain.progress`) or "arguments" (progress with each write credited per
-    # argument right). Val and test rollouts always get the task reward.
-    train_reward: Literal["task", "progress", "arguments"] = "task"
+    # "progress" (partial credit, see `domain.progress`), "arguments" (progress with each write credited per
+    # argument right) or "safe_progress" (progress, but 0 for changing the database of a task that wants no
+    # write). Val and test rollouts always get the task reward.
+    train_reward: Literal["task", "progress", "arguments", "safe_progress"] = "task"
 
 
 class CustomerServiceEnv(Environment):
@@ -169,7 +170,10 @@ class CustomerServiceEnv(Environment):
         exact = scores["r_actions"] == 1.0
         scores["progress"] = progress(self.domain, task, calls, episode.said, exact=exact)
         scores["argument_progress"] = progress(self.domain, task, calls, episode.said, exact=exact, per_argument=True)
-        shaped = {"progress": "progress", "arguments": "argument_progress"}.get(self.options.train_reward)
+        scores["safe_progress"] = progress(self.domain, task, calls, episode.said, exact=exact, no_harm=True)
+        shaped = {"progress": "progress", "arguments": "argument_progress", "safe_progress": "safe_progress"}.get(
+            self.options.train_reward
+        )
         traj.reward = scores[shaped] if shaped and scenario.split == "train" else scores["task_reward"]
         traj.metrics.update(
             scores,
