@@ -459,6 +459,41 @@ class LocalBackend(Backend):
             log.warning("pulled %s into %s", remote, local)
         return remote
 
+    async def _experimental_fork_checkpoint(
+        self,
+        model: Model,
+        from_model: str,
+        from_project: str | None = None,
+        from_s3_bucket: str | None = None,
+        not_after_step: int | None = None,
+        verbose: bool = False,
+        prefix: str | None = None,
+    ) -> int:
+        """ART's checkpoint forking: start `model` as `from_model` (of `from_project`, default the same project)
+        stood at its latest checkpoint at or before `not_after_step` (art_core.fork); returns that step.
+
+        The source is read from this backend's storage, or from s3://{from_s3_bucket}/[{prefix}/] when given.
+        Call it before `register` (registered after, the forked step is served at once). Calling it again for
+        the same fork does nothing, so a script that forks and then trains can be rerun and resumes; a model
+        that has trained already is refused (art_core.fork.ForkError) with nothing changed."""
+        from art_core.fork import fork_model
+
+        project = from_project or model.project
+        if from_s3_bucket:
+            root = "s3://" + "/".join(
+                [from_s3_bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])]
+            )
+            source = ModelStore(Storage(root), project, from_model)
+        else:
+            source = ModelStore(self.storage, project, from_model)
+        step = await asyncio.to_thread(fork_model, source, self.model_store(model), not_after_step)
+        if isinstance(model, TrainableModel) and (model.project, model.name) in self._models:
+            self._latest[(model.project, model.name)] = step
+            await self.serve_step(model, step)
+        if verbose:
+            log.warning("forked %s/%s step %d into %s/%s", project, from_model, step, model.project, model.name)
+        return step
+
     @staticmethod
     def _sync_tree(src: Storage, src_dir: str, dst: Storage, dst_dir: str, delete: bool) -> None:
         """Copy every file under src_dir to dst_dir (through each storage's fsspec filesystem).

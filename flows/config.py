@@ -239,6 +239,19 @@ class SFTStageConfig(SFTSpec):
         return SFTSpec(**self.model_dump(include=set(SFTSpec.model_fields)))
 
 
+class ForkFromConfig(_Strict):
+    """Start the run's model as another model stood at one of its checkpoints (art_core.fork): its checkpoints,
+    history and SFT stages up to that step are copied under this run's model name first, so the run resumes
+    from there (ART's `_experimental_fork_checkpoint`)."""
+
+    model: str = Field(description="The model to fork from.", json_schema_extra=NAME_FORM)
+    project: str | None = Field(None, description="Its project; None: this run's.")
+    step: int | None = Field(
+        None, ge=1, description="Its latest checkpoint at or before this step; None: its latest checkpoint."
+    )
+    storage_url: str | None = Field(None, description="Where it is stored (a folder or s3://...); None: this run's.")
+
+
 class RunConfig(_Strict):
     """Parameters of the train flow. Every field has a default in code except what names the run."""
 
@@ -263,6 +276,11 @@ class RunConfig(_Strict):
     environment: EnvironmentConfig = Field(description="The task: an environment and its options.")
     sft: SFTStageConfig | None = Field(
         None, description="Fine-tune on demonstrations before GRPO; its epochs count as steps. None: GRPO only."
+    )
+    fork_from: ForkFromConfig | None = Field(
+        None,
+        description="Start from another model's checkpoint instead of the base model: the run first copies that "
+        "model as it stood at the step into this model name (done once; a name that trained already is refused).",
     )
     steps: int = Field(
         3,

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from art_core.chat_template import ToolTemplateError, check_template_shows_tools
 from art_core.gpus import check_gpu_ids
+from art_core.store import ModelStore
 from art_pipeline.flows.config import (
     DEFAULT_MAX_TOKENS,
     PreflightError,
@@ -80,6 +81,8 @@ def _run(config: RunConfig) -> RunConfig:
     if config.sft is not None and config.sft.demonstrations != "expert":
         demonstrations = existing_file("sft.demonstrations", config.sft.demonstrations)
         update["sft"] = config.sft.model_copy(update={"demonstrations": demonstrations})
+    if config.fork_from is not None:
+        check_fork(config)
     if config.server.gpu_ids is not None and config.inference_url is None:
         try:
             check_gpu_ids(config.server.gpu_ids, "server.gpu_ids")
@@ -88,6 +91,35 @@ def _run(config: RunConfig) -> RunConfig:
     checked = config.model_copy(update=update)
     checked._checked = True
     return checked
+
+
+def fork_stores(config: RunConfig) -> tuple[ModelStore, ModelStore]:
+    """(source, target) of `config.fork_from`: the model forked from and this run's model."""
+    fork = config.fork_from
+    assert fork is not None
+    source = ModelStore(fork.storage_url or config.storage_url, fork.project or config.project, fork.model)
+    return source, ModelStore(config.storage_url, config.project, config.model)
+
+
+def check_fork(config: RunConfig) -> None:
+    """Refuse a fork whose source has no such checkpoint or whose target trained already, before any work."""
+    from art_core.fork import ForkError, fork_source_step
+
+    source, target = fork_stores(config)
+    try:
+        step = fork_source_step(source, config.fork_from.step)  # type: ignore[union-attr]
+    except ForkError as e:
+        raise PreflightError("fork_from", str(e)) from None
+    stored = target.read_model_json() or {}
+    record = (stored.get("forked_from") or {}) if stored else {}
+    if record.get("model") == source.name and record.get("project") == source.project and record.get("step") == step:
+        return  # forked before: the run resumes
+    if target.checkpoint_steps() or target.read_history():
+        raise PreflightError(
+            "fork_from",
+            f"{config.project}/{config.model} has trained already and was not forked from {source.project}/"
+            f"{source.name} step {step}: give the run a new model name to fork into",
+        )
 
 
 def base_model(value: str) -> str:

@@ -24,6 +24,7 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
 from art_core.fanout import Replicas
+from art_core.fork import fork_model
 from art_core.rollouts import RolloutSpec, checkpoint_fingerprint
 from art_core.run_state import RunState, StepPlan, run_length
 from art_core.serving import server_lora_rank
@@ -32,7 +33,7 @@ from art_core.store import ModelRef
 from art_pipeline.flows.config import RunConfig
 from art_pipeline.flows.lifetime import guard_temporary_server, training_lease
 from art_pipeline.flows.overrides import warn_if_config_replaced
-from art_pipeline.flows.preflight import preflight
+from art_pipeline.flows.preflight import fork_stores, preflight
 from art_pipeline.flows.queue import device_slot
 from art_pipeline.flows.reporting import publish_run_report
 from art_pipeline.flows.sft import SFTSummary, sft_stage
@@ -125,6 +126,8 @@ def train(config: RunConfig) -> TrainSummary:
     eval_rollout = refs(config, for_eval=True)[1]
     # One writer per model: a second run of this model is refused here, before any server starts or task runs.
     with training_lease(ref.store()) as lease:
+        if config.fork_from is not None:  # another model's checkpoints first: the run resumes from them
+            fork_model(*fork_stores(config), config.fork_from.step)
         bind_model(ref, config)
         if config.scale.train_deployment:
             from art_pipeline.tasks.remote import check_train_deployment

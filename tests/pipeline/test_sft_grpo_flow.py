@@ -71,6 +71,28 @@ def test_sft_then_grpo_resumes_after_a_failure_in_sft(
     assert [r["step"] for r in records if "sft/loss" in r] == [1, 2]
     assert [r["step"] for r in records if "train/loss" in r] == [3]
 
+    # Forked at SFT's last epoch into a new name (RunConfig.fork_from), a run with another GRPO learning rate
+    # trains GRPO only: SFT's epochs come with the fork, and the source is left as it was.
+    fork = sft_run(
+        tiny_model_path,
+        str(tmp_path / "runs"),
+        vllm_endpoint.base_url,
+        name="cs-b",
+        fork_from={"model": "cs", "step": 2},
+        train={"learning_rate": 5e-3, "old_logprobs": "recompute"},
+    )
+    summary, _ = run_flow(fork)
+    assert trained == [1, 2]  # no SFT epoch trained again
+    assert summary.trained_steps == [3] and summary.phases == {1: "sft", 2: "sft", 3: "grpo"}
+    forked = tmp_path / "runs" / "pipe" / "models" / "cs-b"
+    assert sorted(p.name for p in (forked / "trajectories" / "train").iterdir()) == ["0002.jsonl"]
+    adapter = "checkpoints/{:04d}/adapter_model.safetensors".format
+    source = tmp_path / "runs" / "pipe" / "models" / "cs"
+    assert (forked / adapter(2)).read_bytes() == (source / adapter(2)).read_bytes()
+    assert (forked / adapter(3)).read_bytes() != (source / adapter(3)).read_bytes()
+    assert [r["step"] for r in history(fork.storage_url, fork) if "train/loss" in r] == [3]
+    assert history(cfg.storage_url, cfg) == records
+
 
 def test_the_form_refuses_an_sft_section_that_cannot_run(tiny_model_path, tmp_path):
     base = dict(model_path=tiny_model_path, storage_url=str(tmp_path), inference_url="http://127.0.0.1:1/v1")

@@ -1,0 +1,134 @@
+"""Fork a model: a new model name that starts as another model stood at one of its checkpoints.
+
+ART's `backend._experimental_fork_checkpoint` (and the pipeline's `RunConfig.fork_from`) copy the source's
+folder up to step N into the new name: its checkpoints up to N, the rollouts that trained them, its
+evaluations up to N, its history records up to N, its SFT stage markers and model.json. The new model then
+resumes exactly as the source would have at step N, in either door: a run with the same SFT settings finds
+those epochs done, and GRPO continues at step N + 1 under whatever new settings the run gives (another
+train reward, learning rate, judge). The source is only read. Its lease, reports and the rollouts of steps
+N and later are not copied: the fork writes its own.
+
+Forking again into the same name is a no-op when model.json records the same fork (a script that forks
+before it registers can be run again, and resumes); a name that has trained already (checkpoints or history
+of its own), or is registered with another base model, is refused, so nothing it holds is overwritten.
+
+    >>> fork_model(ModelStore("./.art", "cs", "retail-001"), ModelStore("./.art", "cs", "retail-001-b"), 2)   # doctest: +SKIP
+    2
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from art_core.storage import CHECKPOINT_MARKER
+from art_core.store import ModelStore, same_base_model
+
+log = logging.getLogger(__name__)
+
+_STEP = re.compile(r"^(\d{4,})(\..*)?$")  # a step's folder or file: 0002, 0002.json, 0002.scored.jsonl
+
+
+class ForkError(ValueError):
+    """A fork that cannot be made as asked (no such checkpoint, a target that holds other work)."""
+
+
+def fork_source_step(source: ModelStore, not_after_step: int | None = None) -> int:
+    """The step a fork of `source` starts from: its latest complete checkpoint at or before `not_after_step`
+    (the latest of all when None). Raises ForkError naming the steps there are."""
+    steps = source.checkpoint_steps()
+    fit = [s for s in steps if not_after_step is None or s <= not_after_step]
+    if not fit:
+        where = f"{source.project}/{source.name} in {source.storage.root}"
+        if not steps:
+            raise ForkError(f"cannot fork {where}: it has no complete checkpoint (train it first, or check the name)")
+        raise ForkError(
+            f"cannot fork {where} at or before step {not_after_step}: its checkpoints are steps "
+            f"{', '.join(map(str, steps))}"
+        )
+    return fit[-1]
+
+
+def _wanted(rel: str, step: int) -> bool:
+    """Whether a file of the source's folder (path relative to it) belongs to the model as it stood at `step`."""
+    parts = rel.split("/")
+    if parts[0] in ("lease", "reports") or parts[0] == "history.jsonl":
+        return False  # a run's own; the history is filtered record by record
+    if parts[0] == "model.json":
+        return False  # written with the fork's record
+    for part in parts:
+        m = _STEP.match(part)
+        if not m:
+            continue
+        n = int(m.group(1))
+        if parts[0] == "trajectories" and len(parts) > 1 and parts[1] == "train":
+            return n < step  # train rollouts of step n trained checkpoint n + 1
+        return n <= step  # checkpoints, evaluations and their rollouts
+    return True  # sft stage markers and anything else without a step
+
+
+def fork_model(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> int:
+    """Copy `source` as it stood at its latest checkpoint not after `not_after_step` into `target`; the step.
+
+    Idempotent for the same fork; raises ForkError when the source has no such checkpoint or the target
+    already holds checkpoints of its own (see module doc)."""
+    step = fork_source_step(source, not_after_step)
+    record = {"project": source.project, "model": source.name, "step": step, "storage": source.storage.root}
+    stored = target.read_model_json() or {}
+    if stored.get("forked_from") == record:
+        log.info("%s/%s is already forked from %s", target.project, target.name, record)
+        return step
+    have = target.checkpoint_steps()
+    if have or target.read_history():
+        raise ForkError(
+            f"cannot fork into {target.project}/{target.name}: it has trained already"
+            + (f" (checkpoints {', '.join(map(str, have))})" if have else "")
+            + f" and was not forked from {source.project}/{source.name} step {step}. Fork into a new model name; "
+            "nothing was changed."
+        )
+    base_model = (source.read_model_json() or {}).get("base_model")
+    if stored.get("base_model") and base_model and not same_base_model(stored["base_model"], base_model):
+        raise ForkError(
+            f"cannot fork {source.project}/{source.name} (base model {base_model!r}) into {target.project}/"
+            f"{target.name}, registered with base model {stored['base_model']!r}: an adapter fits only its own "
+            "base model. Use the source's base model; nothing was changed."
+        )
+    src, dst = source.storage, target.storage
+    base = src.fs._strip_protocol(source.root).rstrip("/")
+    files = sorted(f for f in src.fs.find(source.root) if _wanted(f[len(base) :].lstrip("/"), step))
+    # Checkpoint markers last: a fork cut short leaves incomplete checkpoints, which every reader ignores.
+    files.sort(key=lambda f: f.rsplit("/", 1)[-1] == CHECKPOINT_MARKER)
+    for f in files:
+        rel = f[len(base) :].lstrip("/")
+        target_path = dst.join(target.root, rel)
+        dst.fs.makedirs(dst.fs._parent(target_path), exist_ok=True)
+        with src.fs.open(f, "rb") as fin, dst.fs.open(target_path, "wb") as fout:
+            fout.write(fin.read())
+    kept = [r for r in source.read_history() if _record_step(r) <= step]
+    if kept:
+        dst.write_text(target.history, "".join(json.dumps(r) + "\n" for r in kept))
+    meta = {
+        **stored,
+        **(source.read_model_json() or {}),
+        "project": target.project,
+        "name": target.name,
+        "forked_from": record,
+    }
+    dst.write_json(target.model_json, meta)  # last: it marks the fork done
+    log.warning(
+        "forked %s/%s at step %d into %s/%s (%d files)",
+        source.project,
+        source.name,
+        step,
+        target.project,
+        target.name,
+        len(files),
+    )
+    return step
+
+
+def _record_step(record: dict[str, Any]) -> int:
+    step = record.get("step")
+    return int(step) if isinstance(step, (int, float)) else 0

@@ -1,0 +1,109 @@
+"""Forking a model (art_core.fork): the library door (ART's LocalBackend._experimental_fork_checkpoint) and the
+pipeline's preflight, on a model folder laid out as training leaves it (the train flow's own fork is run end to
+end in tests/pipeline/test_sft_grpo_flow.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from art_core.fork import ForkError, fork_model
+from art_core.storage import Storage
+from art_core.store import ModelStore
+
+
+def _trained(root: str, name: str = "src", steps: int = 4) -> ModelStore:
+    """A model folder as a run of `steps` steps leaves it: SFT epochs 1-2, GRPO after, evaluations at 2 and 4."""
+    store = ModelStore(root, "cs", name)
+    storage = store.storage
+    storage.write_json(store.model_json, {"base_model": "/models/tiny", "project": "cs", "name": name})
+    storage.write_json(store.path("sft", "abc.json"), {"start_step": 0, "data": "d.jsonl", "spec": {"epochs": 2}})
+    for step in range(1, steps + 1):
+        storage.write_text(storage.join(store.checkpoint(step), "adapter_model.safetensors"), f"weights {step}")
+        storage.write_text(storage.join(store.checkpoint(step), "COMPLETE"), "ok\n")
+        kind = "sft" if step <= 2 else "train"
+        storage.append_jsonl(store.history, {"step": step, f"{kind}/loss": 1.0 / step})
+        if step > 2:
+            storage.write_text(store.trajectories("train", step - 1), "{}\n")
+        if step % 2 == 0:
+            storage.write_json(store.eval(step), {"step": step, "reward": 0.1 * step})
+            storage.write_text(store.trajectories("val", step), "{}\n")
+    storage.write_text(store.path("lease", "00000001.json"), "{}")
+    storage.write_text(store.path("reports", "eval.md"), "report")
+    return store
+
+
+def test_a_fork_is_the_source_as_it_stood_at_the_step(tmp_path):
+    source = _trained(str(tmp_path))
+    target = ModelStore(str(tmp_path), "cs", "fork")
+    assert fork_model(source, target, not_after_step=3) == 3
+    assert target.checkpoint_steps() == [1, 2, 3] and target.latest_step() == 3
+    assert Storage(str(tmp_path)).read_text(target.storage.join(target.checkpoint(3), "adapter_model.safetensors")) == (
+        "weights 3"
+    )
+    assert [r["step"] for r in target.read_history()] == [1, 2, 3]
+    assert [e["step"] for e in target.read_evals()] == [2]
+    # rollouts of steps 2 (trained checkpoint 3) kept; step 3's (they trained checkpoint 4) and the run's own not
+    folder = tmp_path / "cs" / "models" / "fork"
+    assert sorted(p.name for p in (folder / "trajectories" / "train").iterdir()) == ["0002.jsonl"]
+    assert not (folder / "lease").exists() and not (folder / "reports").exists()
+    assert (folder / "sft" / "abc.json").exists()  # the SFT stage: a run with the same settings finds it done
+    meta = target.read_model_json()
+    assert meta["base_model"] == "/models/tiny" and meta["name"] == "fork"
+    assert meta["forked_from"] == {"project": "cs", "model": "src", "step": 3, "storage": str(tmp_path)}
+    assert source.checkpoint_steps() == [1, 2, 3, 4] and len(source.read_history()) == 4  # only read
+
+    assert fork_model(source, target, not_after_step=3) == 3  # again: nothing to do
+    with pytest.raises(ForkError, match=r"has trained already \(checkpoints 1, 2, 3\).*new model name"):
+        fork_model(source, target, not_after_step=2)  # another fork into a model that holds work: refused
+    with pytest.raises(ForkError, match=r"at or before step 0: its checkpoints are steps 1, 2, 3, 4"):
+        fork_model(source, ModelStore(str(tmp_path), "cs", "other"), not_after_step=0)
+    with pytest.raises(ForkError, match="no complete checkpoint"):
+        fork_model(ModelStore(str(tmp_path), "cs", "missing"), ModelStore(str(tmp_path), "cs", "other"))
+
+
+def test_the_library_door_forks_as_art_does(tmp_path):
+    from art_core import TrainableModel
+    from art_core.local import LocalBackend
+
+    _trained(str(tmp_path))
+    backend = LocalBackend(path=str(tmp_path))
+    model = TrainableModel(name="v2", project="cs", base_model="/models/tiny")
+    step = asyncio.run(backend._experimental_fork_checkpoint(model, from_model="src", not_after_step=2, verbose=True))
+    assert step == 2 and backend.model_store(model).checkpoint_steps() == [1, 2]
+    assert asyncio.run(backend._experimental_fork_checkpoint(model, from_model="src", not_after_step=2)) == 2
+    other = TrainableModel(name="v3", project="cs", base_model="/models/other")
+    backend.model_store(other).bind("/models/other")  # registered with another base model
+    with pytest.raises(ForkError, match="an adapter fits only its own base model"):
+        asyncio.run(backend._experimental_fork_checkpoint(other, from_model="src"))
+    assert backend.model_store(other).checkpoint_steps() == []  # nothing changed
+
+
+def test_the_pipeline_refuses_a_fork_it_cannot_make_before_any_work(tmp_path, tiny_model_path):
+    from art_pipeline.flows.config import RunConfig
+    from art_pipeline.flows.preflight import PreflightError, preflight
+
+    _trained(str(tmp_path))
+
+    def config(**fork):
+        return RunConfig(
+            project="cs",
+            model="v2",
+            base_model=tiny_model_path,
+            storage_url=str(tmp_path),
+            environment={"name": "word-quiz"},
+            fork_from=fork,
+        )
+
+    with pytest.raises(PreflightError, match=r"fork_from.*cs/nope.*no complete checkpoint"):
+        preflight(config(model="nope"))
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        config(model="src", step=0)
+    assert preflight(config(model="src", step=3)).fork_from.step == 3  # a fork that can be made passes
+    _trained(str(tmp_path), name="v2", steps=1)  # ... until the name has trained on its own
+    with pytest.raises(PreflightError, match="cs/v2 has trained already.*new model name"):
+        preflight(config(model="src", step=3))
+    json.dumps(config(model="src").model_dump())  # the form's value: plain JSON
