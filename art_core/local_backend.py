@@ -403,14 +403,16 @@ class LocalBackend(Backend):
         self._adapters.clear()
         self._models.clear()
 
-    def _s3_model_dir(self, model: Model, s3_bucket: str | None, prefix: str | None) -> str:
-        import os
-
+    @staticmethod
+    def _s3_root(s3_bucket: str | None, prefix: str | None) -> str:
+        """s3://{bucket}/[{prefix}], the bucket being `s3_bucket` or BACKUP_BUCKET (ART's variable)."""
         bucket = s3_bucket or os.environ.get("BACKUP_BUCKET")
         if not bucket:
             raise ValueError("no S3 bucket: pass s3_bucket=... or set BACKUP_BUCKET (ART's variable)")
-        parts = [bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])]
-        return "s3://" + "/".join(parts + [model.project, "models", model.storage_name])
+        return "s3://" + "/".join([bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])])
+
+    def _s3_model_dir(self, model: Model, s3_bucket: str | None, prefix: str | None) -> str:
+        return "/".join([self._s3_root(s3_bucket, prefix), model.project, "models", model.storage_name])
 
     async def _experimental_push_to_s3(
         self,
@@ -479,13 +481,8 @@ class LocalBackend(Backend):
         from art_core.fork import fork_model
 
         project = from_project or model.project
-        if from_s3_bucket:
-            root = "s3://" + "/".join(
-                [from_s3_bucket.removeprefix("s3://").strip("/"), *([prefix.strip("/")] if prefix else [])]
-            )
-            source = ModelStore(Storage(root), project, from_model)
-        else:
-            source = ModelStore(self.storage, project, from_model)
+        storage = Storage(self._s3_root(from_s3_bucket, prefix)) if from_s3_bucket else self.storage
+        source = ModelStore(storage, project, from_model)
         step = await asyncio.to_thread(fork_model, source, self.model_store(model), not_after_step)
         if isinstance(model, TrainableModel) and (model.project, model.name) in self._models:
             self._latest[(model.project, model.name)] = step
