@@ -9,7 +9,7 @@ train reward, learning rate, judge). The source is only read. Its lease, reports
 N and later are not copied: the fork writes its own.
 
 Forking again into the same name is a no-op when model.json records the same fork (a script that forks
-before it registers can be run again, and resumes); a name that has trained already (checkpoints or history
+before it registers can be run again, and resumes, even after the source trained on); a name that has trained already (checkpoints or history
 of its own), or is registered with another base model, is refused, so nothing it holds is overwritten.
 
     >>> fork_model(ModelStore("./.art", "cs", "retail-001"), ModelStore("./.art", "cs", "retail-001-b"), 2)   # doctest: +SKIP
@@ -54,19 +54,32 @@ def fork_source_step(source: ModelStore, not_after_step: int | None = None) -> i
 def _wanted(rel: str, step: int) -> bool:
     """Whether a file of the source's folder (path relative to it) belongs to the model as it stood at `step`."""
     parts = rel.split("/")
-    if parts[0] in ("lease", "reports") or parts[0] == "history.jsonl":
-        return False  # a run's own; the history is filtered record by record
-    if parts[0] == "model.json":
-        return False  # written with the fork's record
-    for part in parts:
-        m = _STEP.match(part)
-        if not m:
-            continue
-        n = int(m.group(1))
-        if parts[0] == "trajectories" and len(parts) > 1 and parts[1] == "train":
-            return n < step  # train rollouts of step n trained checkpoint n + 1
-        return n <= step  # checkpoints, evaluations and their rollouts
-    return True  # sft stage markers and anything else without a step
+    if parts[0] in ("lease", "reports", "history.jsonl", "model.json"):
+        return False  # a run's own; the history is filtered record by record, model.json written with the fork
+    if parts[0] in ("checkpoints", "eval", "trajectories"):
+        m = _STEP.match(parts[-1] if parts[0] != "checkpoints" else parts[1] if len(parts) > 1 else "")
+        if m:
+            n = int(m.group(1))
+            if parts[0] == "trajectories" and len(parts) > 2 and parts[1] == "train":
+                return n < step  # train rollouts of step n trained checkpoint n + 1
+            return n <= step  # checkpoints, evaluations and their rollouts
+    return True  # SFT stage markers and anything else without a step
+
+
+def forked_before(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> int | None:
+    """The step `target` was forked from `source` at, when model.json records that fork and it is the one asked
+    for (`not_after_step` None: any step, as the source may have trained on since); else None."""
+    record = (target.read_model_json() or {}).get("forked_from") or {}
+    same = (record.get("project"), record.get("model"), record.get("storage")) == (
+        source.project,
+        source.name,
+        source.storage.root,
+    )
+    if not same or not isinstance(record.get("step"), int):
+        return None
+    if not_after_step is not None and record["step"] != fork_source_step(source, not_after_step):
+        return None
+    return record["step"]
 
 
 def fork_model(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> int:
@@ -74,12 +87,15 @@ def fork_model(source: ModelStore, target: ModelStore, not_after_step: int | Non
 
     Idempotent for the same fork; raises ForkError when the source has no such checkpoint or the target
     already holds checkpoints of its own (see module doc)."""
+    done = forked_before(source, target, not_after_step)
+    if done is not None:
+        log.info(
+            "%s/%s is already forked from %s/%s step %d", target.project, target.name, source.project, source.name, done
+        )
+        return done
     step = fork_source_step(source, not_after_step)
     record = {"project": source.project, "model": source.name, "step": step, "storage": source.storage.root}
     stored = target.read_model_json() or {}
-    if stored.get("forked_from") == record:
-        log.info("%s/%s is already forked from %s", target.project, target.name, record)
-        return step
     have = target.checkpoint_steps()
     if have or target.read_history():
         raise ForkError(

@@ -103,17 +103,15 @@ def fork_stores(config: RunConfig) -> tuple[ModelStore, ModelStore]:
 
 def check_fork(config: RunConfig) -> None:
     """Refuse a fork whose source has no such checkpoint or whose target trained already, before any work."""
-    from art_core.fork import ForkError, fork_source_step
+    from art_core.fork import ForkError, fork_source_step, forked_before
 
     source, target = fork_stores(config)
     try:
         step = fork_source_step(source, config.fork_from.step)  # type: ignore[union-attr]
+        if forked_before(source, target, config.fork_from.step) is not None:  # type: ignore[union-attr]
+            return  # forked before: the run resumes
     except ForkError as e:
         raise PreflightError("fork_from", str(e)) from None
-    stored = target.read_model_json() or {}
-    record = (stored.get("forked_from") or {}) if stored else {}
-    if record.get("model") == source.name and record.get("project") == source.project and record.get("step") == step:
-        return  # forked before: the run resumes
     if target.checkpoint_steps() or target.read_history():
         raise PreflightError(
             "fork_from",

@@ -21,6 +21,7 @@ def _trained(root: str, name: str = "src", steps: int = 4) -> ModelStore:
     storage = store.storage
     storage.write_json(store.model_json, {"base_model": "/models/tiny", "project": "cs", "name": name})
     storage.write_json(store.path("sft", "abc.json"), {"start_step": 0, "data": "d.jsonl", "spec": {"epochs": 2}})
+    storage.write_json(store.path("sft", "1234.json"), {"start_step": 0, "data": "e.jsonl", "spec": {"epochs": 1}})
     for step in range(1, steps + 1):
         storage.write_text(storage.join(store.checkpoint(step), "adapter_model.safetensors"), f"weights {step}")
         storage.write_text(storage.join(store.checkpoint(step), "COMPLETE"), "ok\n")
@@ -50,16 +51,18 @@ def test_a_fork_is_the_source_as_it_stood_at_the_step(tmp_path):
     folder = tmp_path / "cs" / "models" / "fork"
     assert sorted(p.name for p in (folder / "trajectories" / "train").iterdir()) == ["0002.jsonl"]
     assert not (folder / "lease").exists() and not (folder / "reports").exists()
-    assert (folder / "sft" / "abc.json").exists()  # the SFT stage: a run with the same settings finds it done
+    assert sorted(p.name for p in (folder / "sft").iterdir()) == ["1234.json", "abc.json"]  # SFT stages: found done
     meta = target.read_model_json()
     assert meta["base_model"] == "/models/tiny" and meta["name"] == "fork"
     assert meta["forked_from"] == {"project": "cs", "model": "src", "step": 3, "storage": str(tmp_path)}
     assert source.checkpoint_steps() == [1, 2, 3, 4] and len(source.read_history()) == 4  # only read
 
     assert fork_model(source, target, not_after_step=3) == 3  # again: nothing to do
+    source.storage.write_text(source.storage.join(source.checkpoint(5), "COMPLETE"), "ok\n")  # the source trains on
+    assert fork_model(source, target) == 3  # a rerun asking for the latest resumes the fork it made
     with pytest.raises(ForkError, match=r"has trained already \(checkpoints 1, 2, 3\).*new model name"):
         fork_model(source, target, not_after_step=2)  # another fork into a model that holds work: refused
-    with pytest.raises(ForkError, match=r"at or before step 0: its checkpoints are steps 1, 2, 3, 4"):
+    with pytest.raises(ForkError, match=r"at or before step 0: its checkpoints are steps 1, 2, 3, 4, 5"):
         fork_model(source, ModelStore(str(tmp_path), "cs", "other"), not_after_step=0)
     with pytest.raises(ForkError, match="no complete checkpoint"):
         fork_model(ModelStore(str(tmp_path), "cs", "missing"), ModelStore(str(tmp_path), "cs", "other"))
