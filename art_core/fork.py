@@ -9,10 +9,12 @@ train reward, learning rate, judge). The source is only read. Its lease, reports
 N and later are not copied: the fork writes its own.
 
 Forking again into the same name is a no-op when model.json records the same fork (a script that forks
-before it registers can be run again, and resumes, even after the source trained on); a name that has trained already (checkpoints or history
-of its own), or is registered with another base model, is refused, so nothing it holds is overwritten.
+before it registers can be run again, and resumes, even after the source trained on); a name that has
+trained already (checkpoints or history of its own), or is registered with another base model, is refused,
+so nothing it holds is overwritten.
 
-    >>> fork_model(ModelStore("./.art", "cs", "retail-001"), ModelStore("./.art", "cs", "retail-001-b"), 2)   # doctest: +SKIP
+    >>> src, dst = ModelStore("./.art", "cs", "retail-001"), ModelStore("./.art", "cs", "retail-001-b")  # doctest: +SKIP
+    >>> fork_model(src, dst, not_after_step=2)                                                            # doctest: +SKIP
     2
 """
 
