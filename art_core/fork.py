@@ -25,7 +25,7 @@ import logging
 import re
 from typing import Any
 
-from art_core.storage import CHECKPOINT_MARKER
+from art_core.storage import copy_tree
 from art_core.store import ModelStore, same_base_model
 
 log = logging.getLogger(__name__)
@@ -84,57 +84,56 @@ def forked_before(source: ModelStore, target: ModelStore, not_after_step: int | 
     return record["step"]
 
 
+def plan_fork(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> tuple[int, bool]:
+    """(the step a fork of `source` into `target` starts from, whether `target` holds that fork already), with
+    nothing copied; raises ForkError for a fork that cannot be made (see module doc). What both doors check
+    before any work, and what `fork_model` checks before it copies."""
+    done = forked_before(source, target, not_after_step)
+    if done is not None:
+        return done, True
+    step = fork_source_step(source, not_after_step)
+    have = target.checkpoint_steps()
+    if have or target.read_history():
+        raise ForkError(
+            f"{target.project}/{target.name} has trained already"
+            + (f" (checkpoints {', '.join(map(str, have))})" if have else "")
+            + f" and was not forked from {source.project}/{source.name} step {step}: fork into a new model name; "
+            "nothing was changed."
+        )
+    stored = (target.read_model_json() or {}).get("base_model")
+    base_model = (source.read_model_json() or {}).get("base_model")
+    if stored and base_model and not same_base_model(stored, base_model):
+        raise ForkError(
+            f"cannot fork {source.project}/{source.name} (base model {base_model!r}) into {target.project}/"
+            f"{target.name}, registered with base model {stored!r}: an adapter fits only its own "
+            "base model. Use the source's base model; nothing was changed."
+        )
+    return step, False
+
+
 def fork_model(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> int:
     """Copy `source` as it stood at its latest checkpoint not after `not_after_step` into `target`; the step.
 
     Idempotent for the same fork; raises ForkError when the source has no such checkpoint or the target
     already holds checkpoints of its own (see module doc)."""
-    done = forked_before(source, target, not_after_step)
-    if done is not None:
+    step, done = plan_fork(source, target, not_after_step)
+    if done:
         log.info(
-            "%s/%s is already forked from %s/%s step %d", target.project, target.name, source.project, source.name, done
+            "%s/%s is already forked from %s/%s step %d", target.project, target.name, source.project, source.name, step
         )
-        return done
-    step = fork_source_step(source, not_after_step)
-    record = {"project": source.project, "model": source.name, "step": step, "storage": source.storage.root}
-    stored = target.read_model_json() or {}
-    have = target.checkpoint_steps()
-    if have or target.read_history():
-        raise ForkError(
-            f"cannot fork into {target.project}/{target.name}: it has trained already"
-            + (f" (checkpoints {', '.join(map(str, have))})" if have else "")
-            + f" and was not forked from {source.project}/{source.name} step {step}. Fork into a new model name; "
-            "nothing was changed."
-        )
-    base_model = (source.read_model_json() or {}).get("base_model")
-    if stored.get("base_model") and base_model and not same_base_model(stored["base_model"], base_model):
-        raise ForkError(
-            f"cannot fork {source.project}/{source.name} (base model {base_model!r}) into {target.project}/"
-            f"{target.name}, registered with base model {stored['base_model']!r}: an adapter fits only its own "
-            "base model. Use the source's base model; nothing was changed."
-        )
-    src, dst = source.storage, target.storage
-    base = src.fs._strip_protocol(source.root).rstrip("/")
-    files = sorted(f for f in src.fs.find(source.root) if _wanted(f[len(base) :].lstrip("/"), step))
-    # Checkpoint markers last: a fork cut short leaves incomplete checkpoints, which every reader ignores.
-    files.sort(key=lambda f: f.rsplit("/", 1)[-1] == CHECKPOINT_MARKER)
-    for f in files:
-        rel = f[len(base) :].lstrip("/")
-        target_path = dst.join(target.root, rel)
-        dst.fs.makedirs(dst.fs._parent(target_path), exist_ok=True)
-        with src.fs.open(f, "rb") as fin, dst.fs.open(target_path, "wb") as fout:
-            fout.write(fin.read())
+        return step
+    copied = copy_tree(source.storage, source.root, target.storage, target.root, keep=lambda rel: _wanted(rel, step))
     kept = [r for r in source.read_history() if _record_step(r) <= step]
     if kept:
-        dst.write_text(target.history, "".join(json.dumps(r) + "\n" for r in kept))
+        target.storage.write_text(target.history, "".join(json.dumps(r) + "\n" for r in kept))
     meta = {
-        **stored,
+        **(target.read_model_json() or {}),
         **(source.read_model_json() or {}),
         "project": target.project,
         "name": target.name,
-        "forked_from": record,
+        "forked_from": {"project": source.project, "model": source.name, "step": step, "storage": source.storage.root},
     }
-    dst.write_json(target.model_json, meta)  # last: it marks the fork done
+    target.storage.write_json(target.model_json, meta)  # last: it marks the fork done
     log.warning(
         "forked %s/%s at step %d into %s/%s (%d files)",
         source.project,
@@ -142,7 +141,7 @@ def fork_model(source: ModelStore, target: ModelStore, not_after_step: int | Non
         step,
         target.project,
         target.name,
-        len(files),
+        len(copied),
     )
     return step
 

@@ -46,7 +46,7 @@ from art_core.serving import ServerPool
 from art_core.settings import get_settings
 from art_core.sft import TrainSFTConfig, read_sft_file, sft_and_record
 from art_core.step import train_and_record
-from art_core.storage import Storage
+from art_core.storage import Storage, copy_tree
 from art_core.store import ModelStore, same_base_model
 from art_core.training.checkpoints import prune_checkpoints
 from art_core.training.config import TrainConfig
@@ -496,20 +496,8 @@ class LocalBackend(Backend):
         """Copy every file under src_dir to dst_dir (through each storage's fsspec filesystem).
 
         The lease folder stays where it is: it names the run training the model in that storage, not here."""
-        src_dir, dst_dir = src_dir.rstrip("/"), dst_dir.rstrip("/")
-        base = src.fs._strip_protocol(src_dir)
-        copied = set()
-        for f in src.fs.find(src_dir):
-            rel = f[len(base) :].lstrip("/")
-            if rel.startswith("lease/"):
-                continue
-            with src.fs.open(f, "rb") as fin:
-                data = fin.read()
-            target = dst.join(dst_dir, rel)
-            dst.fs.makedirs(dst.fs._parent(target), exist_ok=True)
-            with dst.fs.open(target, "wb") as fout:
-                fout.write(data)
-            copied.add(rel)
+        copied = copy_tree(src, src_dir, dst, dst_dir, keep=lambda rel: not rel.startswith("lease/"))
+        dst_dir = dst_dir.rstrip("/")
         if delete and dst.fs.exists(dst_dir):
             dbase = dst.fs._strip_protocol(dst_dir)
             for f in dst.fs.find(dst_dir):

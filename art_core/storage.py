@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import fsspec
 
@@ -137,3 +137,24 @@ class Storage:
     def delete(self, path: str) -> None:
         if self.exists(path):
             self.fs.rm(path, recursive=True)
+
+
+def copy_tree(
+    src: Storage, src_dir: str, dst: Storage, dst_dir: str, keep: Callable[[str], bool] = lambda rel: True
+) -> set[str]:
+    """Copy the files under `src_dir` whose path relative to it `keep` accepts to `dst_dir` (each storage through
+    its own fsspec filesystem, so local to S3 and back); returns those relative paths.
+
+    Checkpoint markers go last: a copy cut short leaves incomplete checkpoints, which every reader ignores."""
+    src_dir, dst_dir = src_dir.rstrip("/"), dst_dir.rstrip("/")
+    base = src.fs._strip_protocol(src_dir).rstrip("/")
+    files = [(f, f[len(base) :].lstrip("/")) for f in src.fs.find(src_dir)]
+    files = sorted(
+        ((f, rel) for f, rel in files if keep(rel)), key=lambda p: p[1].rsplit("/", 1)[-1] == CHECKPOINT_MARKER
+    )
+    for f, rel in files:
+        target = dst.join(dst_dir, rel)
+        dst.fs.makedirs(dst.fs._parent(target), exist_ok=True)
+        with src.fs.open(f, "rb") as fin, dst.fs.open(target, "wb") as fout:
+            fout.write(fin.read())
+    return {rel for _, rel in files}

@@ -102,22 +102,14 @@ def fork_stores(config: RunConfig) -> tuple[ModelStore, ModelStore]:
 
 
 def check_fork(config: RunConfig) -> None:
-    """Refuse a fork whose source has no such checkpoint or whose target trained already, before any work."""
-    from art_core.fork import ForkError, fork_source_step, forked_before
+    """Refuse a fork whose source has no such checkpoint or whose target trained already (or has another base
+    model), before any work: the checks `fork_model` makes before it copies."""
+    from art_core.fork import ForkError, plan_fork
 
-    source, target = fork_stores(config)
     try:
-        step = fork_source_step(source, config.fork_from.step)  # type: ignore[union-attr]
-        if forked_before(source, target, config.fork_from.step) is not None:  # type: ignore[union-attr]
-            return  # forked before: the run resumes
+        plan_fork(*fork_stores(config), config.fork_from.step)  # type: ignore[union-attr]
     except ForkError as e:
         raise PreflightError("fork_from", str(e)) from None
-    if target.checkpoint_steps() or target.read_history():
-        raise PreflightError(
-            "fork_from",
-            f"{config.project}/{config.model} has trained already and was not forked from {source.project}/"
-            f"{source.name} step {step}: give the run a new model name to fork into",
-        )
 
 
 def base_model(value: str) -> str:
