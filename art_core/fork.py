@@ -11,7 +11,9 @@ N and later are not copied: the fork writes its own.
 Forking again into the same name is a no-op when model.json records the same fork (a script that forks
 before it registers can be run again, and resumes, even after the source trained on); a name that has
 trained already (checkpoints or history of its own), or is registered with another base model, is refused,
-so nothing it holds is overwritten.
+so nothing it holds is overwritten. A door that knows the base model its run will bind (`base_model`) is
+refused before the copy when the source was trained from another one: the copy would hold adapters that do
+not fit, and binding would refuse it only afterwards.
 
     >>> src, dst = ModelStore("./.art", "cs", "retail-001"), ModelStore("./.art", "cs", "retail-001-b")  # doctest: +SKIP
     >>> fork_model(src, dst, not_after_step=2)                                                            # doctest: +SKIP
@@ -84,10 +86,22 @@ def forked_before(source: ModelStore, target: ModelStore, not_after_step: int | 
     return record["step"]
 
 
-def plan_fork(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> tuple[int, bool]:
+def plan_fork(
+    source: ModelStore, target: ModelStore, not_after_step: int | None = None, base_model: str | None = None
+) -> tuple[int, bool]:
     """(the step a fork of `source` into `target` starts from, whether `target` holds that fork already), with
     nothing copied; raises ForkError for a fork that cannot be made (see module doc). What both doors check
-    before any work, and what `fork_model` checks before it copies."""
+    before any work, and what `fork_model` checks before it copies.
+
+    `base_model`: the base model the door will bind the target to after the fork, spelled as that door binds
+    it (the pipeline's resolved folder, the library's `model.base_model`); compared the way binding compares."""
+    source_base = (source.read_model_json() or {}).get("base_model")
+    if base_model and source_base and not same_base_model(source_base, base_model):
+        raise ForkError(
+            f"cannot fork {source.project}/{source.name} (trained from base model {source_base!r}) for a run on "
+            f"base model {base_model!r}: an adapter fits only its own base model. Run on the source's base model, "
+            "or fork another source; nothing was changed."
+        )
     done = forked_before(source, target, not_after_step)
     if done is not None:
         return done, True
@@ -101,22 +115,24 @@ def plan_fork(source: ModelStore, target: ModelStore, not_after_step: int | None
             "nothing was changed."
         )
     stored = (target.read_model_json() or {}).get("base_model")
-    base_model = (source.read_model_json() or {}).get("base_model")
-    if stored and base_model and not same_base_model(stored, base_model):
+    if stored and source_base and not same_base_model(stored, source_base):
         raise ForkError(
-            f"cannot fork {source.project}/{source.name} (base model {base_model!r}) into {target.project}/"
+            f"cannot fork {source.project}/{source.name} (base model {source_base!r}) into {target.project}/"
             f"{target.name}, registered with base model {stored!r}: an adapter fits only its own "
             "base model. Use the source's base model; nothing was changed."
         )
     return step, False
 
 
-def fork_model(source: ModelStore, target: ModelStore, not_after_step: int | None = None) -> int:
+def fork_model(
+    source: ModelStore, target: ModelStore, not_after_step: int | None = None, base_model: str | None = None
+) -> int:
     """Copy `source` as it stood at its latest checkpoint not after `not_after_step` into `target`; the step.
 
-    Idempotent for the same fork; raises ForkError when the source has no such checkpoint or the target
-    already holds checkpoints of its own (see module doc)."""
-    step, done = plan_fork(source, target, not_after_step)
+    Idempotent for the same fork; raises ForkError when the source has no such checkpoint, the target
+    already holds checkpoints of its own, or the source was trained from another `base_model` than the
+    run's (see `plan_fork`), with nothing copied."""
+    step, done = plan_fork(source, target, not_after_step, base_model)
     if done:
         log.info(
             "%s/%s is already forked from %s/%s step %d", target.project, target.name, source.project, source.name, step

@@ -483,7 +483,9 @@ class LocalBackend(Backend):
         project = from_project or model.project
         storage = Storage(self._s3_root(from_s3_bucket, prefix)) if from_s3_bucket else self.storage
         source = ModelStore(storage, project, from_model)
-        step = await asyncio.to_thread(fork_model, source, self.model_store(model), not_after_step)
+        step = await asyncio.to_thread(
+            fork_model, source, self.model_store(model), not_after_step, getattr(model, "base_model", None)
+        )
         if isinstance(model, TrainableModel) and (model.project, model.name) in self._models:
             self._latest[(model.project, model.name)] = step
             await self.serve_step(model, step)

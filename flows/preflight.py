@@ -82,7 +82,7 @@ def _run(config: RunConfig) -> RunConfig:
         demonstrations = existing_file("sft.demonstrations", config.sft.demonstrations)
         update["sft"] = config.sft.model_copy(update={"demonstrations": demonstrations})
     if config.fork_from is not None:
-        check_fork(config)
+        check_fork(config, base)
     if config.server.gpu_ids is not None and config.inference_url is None:
         try:
             check_gpu_ids(config.server.gpu_ids, "server.gpu_ids")
@@ -101,13 +101,14 @@ def fork_stores(config: RunConfig) -> tuple[ModelStore, ModelStore]:
     return source, ModelStore(config.storage_url, config.project, config.model)
 
 
-def check_fork(config: RunConfig) -> None:
-    """Refuse a fork whose source has no such checkpoint or whose target trained already (or has another base
-    model), before any work: the checks `fork_model` makes before it copies."""
+def check_fork(config: RunConfig, base: str) -> None:
+    """Refuse a fork whose source has no such checkpoint, was trained from another base model than `base` (the
+    run's, resolved), or whose target trained already, before any work: the checks `fork_model` makes before
+    it copies."""
     from art_core.fork import ForkError, plan_fork
 
     try:
-        plan_fork(*fork_stores(config), config.fork_from.step)  # type: ignore[union-attr]
+        plan_fork(*fork_stores(config), config.fork_from.step, base)  # type: ignore[union-attr]
     except ForkError as e:
         raise PreflightError("fork_from", str(e)) from None
 

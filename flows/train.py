@@ -127,7 +127,7 @@ def train(config: RunConfig) -> TrainSummary:
     # One writer per model: a second run of this model is refused here, before any server starts or task runs.
     with training_lease(ref.store()) as lease:
         if config.fork_from is not None:  # another model's checkpoints first: the run resumes from them
-            fork_model(*fork_stores(config), config.fork_from.step)
+            fork_model(*fork_stores(config), config.fork_from.step, config.base_model)
         bind_model(ref, config)
         if config.scale.train_deployment:
             from art_pipeline.tasks.remote import check_train_deployment

@@ -15,11 +15,11 @@ from art_core.storage import Storage
 from art_core.store import ModelStore
 
 
-def _trained(root: str, name: str = "src", steps: int = 4) -> ModelStore:
+def _trained(root: str, name: str = "src", steps: int = 4, base_model: str = "/models/tiny") -> ModelStore:
     """A model folder as a run of `steps` steps leaves it: SFT epochs 1-2, GRPO after, evaluations at 2 and 4."""
     store = ModelStore(root, "cs", name)
     storage = store.storage
-    storage.write_json(store.model_json, {"base_model": "/models/tiny", "project": "cs", "name": name})
+    storage.write_json(store.model_json, {"base_model": base_model, "project": "cs", "name": name})
     storage.write_json(store.path("sft", "abc.json"), {"start_step": 0, "data": "d.jsonl", "spec": {"epochs": 2}})
     storage.write_json(store.path("sft", "1234.json"), {"start_step": 0, "data": "e.jsonl", "spec": {"epochs": 1}})
     for step in range(1, steps + 1):
@@ -79,6 +79,10 @@ def test_the_library_door_forks_as_art_does(tmp_path):
     assert step == 2 and backend.model_store(model).checkpoint_steps() == [1, 2]
     assert asyncio.run(backend._experimental_fork_checkpoint(model, from_model="src", not_after_step=2)) == 2
     other = TrainableModel(name="v3", project="cs", base_model="/models/other")
+    # a model on another base model: refused before the copy (registering would refuse it only after)
+    with pytest.raises(ForkError, match=r"trained from base model '/models/tiny'.*'/models/other'.*own base model"):
+        asyncio.run(backend._experimental_fork_checkpoint(other, from_model="src"))
+    assert not (tmp_path / "cs" / "models" / "v3").exists()  # nothing copied
     backend.model_store(other).bind("/models/other")  # registered with another base model
     with pytest.raises(ForkError, match="an adapter fits only its own base model"):
         asyncio.run(backend._experimental_fork_checkpoint(other, from_model="src"))
@@ -89,7 +93,8 @@ def test_the_pipeline_refuses_a_fork_it_cannot_make_before_any_work(tmp_path, ti
     from art_pipeline.flows.config import RunConfig
     from art_pipeline.flows.preflight import PreflightError, preflight
 
-    _trained(str(tmp_path))
+    _trained(str(tmp_path), base_model=tiny_model_path)
+    _trained(str(tmp_path), name="gemma-src", base_model="/models/gemma-3-270m")
 
     def config(**fork):
         return RunConfig(
@@ -105,6 +110,9 @@ def test_the_pipeline_refuses_a_fork_it_cannot_make_before_any_work(tmp_path, ti
         preflight(config(model="nope"))
     with pytest.raises(ValidationError, match="greater than or equal to 1"):
         config(model="src", step=0)
+    with pytest.raises(PreflightError, match=r"fork_from.*trained from base model '/models/gemma-3-270m'.*own base"):
+        preflight(config(model="gemma-src"))  # another base model's adapters: refused before the copy
+    assert not (tmp_path / "cs" / "models" / "v2").exists()
     assert preflight(config(model="src", step=3)).fork_from.step == 3  # a fork that can be made passes
     _trained(str(tmp_path), name="v2", steps=1)  # ... until the name has trained on its own
     with pytest.raises(PreflightError, match="cs/v2 has trained already.*new model name"):
