@@ -13,6 +13,11 @@ and pass^k per task category (needs a write / must refuse / answer only), led by
 a model that does nothing cannot pass, and the time each phase took. Re-running finishes from the cache.
 
 `--tiny` runs the same on the tiny random-weight model (the tests' way through, minutes, learns nothing).
+
+To try a GRPO variant without SFT again, fork a finished run at its last SFT epoch under a new name:
+
+    python -m flows.demo_agent --base-model gemma3-270m --seed 1 --model retail-seed1-safe \
+        --fork-from retail-seed1-gemma-3-270m-q4_k_m:2 --train-reward safe_progress --skip-base
 """
 
 from __future__ import annotations
@@ -58,8 +63,13 @@ def agent_config(
     project: str = "demo-agent",
     model: str | None = None,
     inference_url: str | None = None,
+    train_reward: str = "progress",
+    fork_from: dict[str, Any] | None = None,
 ) -> Any:
     """The demo's RunConfig: SFT epochs then GRPO steps on one customer-service environment.
+
+    `fork_from` ({"model", "step"}, RunConfig.fork_from): start as that model stood at that step (its SFT
+    epochs found done), so only the GRPO steps after it train, under this config's settings.
 
     >>> agent_config("/models/smollm2", "./.art").steps
     4
@@ -74,7 +84,7 @@ def agent_config(
         # GRPO's train rollouts earn partial credit ("progress": found the customer, made the gold writes, said
         # the outputs): with the all-or-nothing task reward, a 135M model's groups of 8 all scored alike (4 of 4
         # groups in a real retail step) and GRPO learned nothing. Evaluation always reads the task reward.
-        environment={"name": domain, "options": {"seed": 0, "max_turns": max_turns, "train_reward": "progress"}},
+        environment={"name": domain, "options": {"seed": 0, "max_turns": max_turns, "train_reward": train_reward}},
         seed=seed,
         steps=sft_epochs + grpo_steps,
         groups_per_step=groups_per_step,
@@ -91,7 +101,22 @@ def agent_config(
         eval_every=0,
         eval={"scenarios": scenarios, "trials": tries},
         inference_url=inference_url,
+        fork_from=fork_from,
     )
+
+
+def fork_spec(value: str) -> dict[str, Any]:
+    """`--fork-from`'s value, MODEL or MODEL:STEP, as RunConfig.fork_from.
+
+    >>> fork_spec("retail-seed1:2"), fork_spec("retail-seed1")
+    ({'model': 'retail-seed1', 'step': 2}, {'model': 'retail-seed1'})
+    """
+    model, sep, step = value.rpartition(":")
+    if not sep:
+        return {"model": value}
+    if not model or not step.isdigit() or int(step) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give MODEL or MODEL:STEP, STEP a checkpoint number from 1")
+    return {"model": model, "step": int(step)}
 
 
 def model_name(domain: str, seed: int, base_model: str = "smollm2") -> str:
@@ -132,6 +157,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--tries", type=int, default=EVAL_TRIES, help="tries per task (pass^k for k up to this)")
     p.add_argument("--storage", default="./.art", help="storage root: a folder or s3://bucket/prefix")
     p.add_argument("--inference-url", default=None, help="a running vLLM server of ours to use (default: start one)")
+    p.add_argument("--model", default=None, help="the trained model's name (default: DOMAIN-seedN[-base model file])")
+    p.add_argument(
+        "--fork-from",
+        type=fork_spec,
+        default=None,
+        metavar="MODEL[:STEP]",
+        help="start --model as this model of the project stood at STEP (default its latest): its SFT epochs are "
+        "found done and only later GRPO steps train; fork at the last SFT epoch to try a GRPO variant",
+    )
+    p.add_argument(
+        "--train-reward",
+        default="progress",
+        choices=["task", "progress", "arguments", "safe_progress"],
+        help="the reward of GRPO's train rollouts (evaluation always reads the task reward)",
+    )
+    p.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (step 0)")
     p.add_argument(
         "--tiny",
         action="store_true",
@@ -173,8 +214,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         scenarios=args.scenarios,
         tries=args.tries,
         project="demo-agent-tiny" if args.tiny else "demo-agent",
-        model=None if args.tiny else model_name(args.domain, args.seed, args.base_model),
+        model=args.model or (None if args.tiny else model_name(args.domain, args.seed, args.base_model)),
         inference_url=args.inference_url,
+        train_reward=args.train_reward,
+        fork_from=args.fork_from,
         **sizes,
     )
     from art_pipeline.flows.config import EvaluateConfig
@@ -190,17 +233,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     phases["demonstrations + SFT + GRPO"] = time.perf_counter() - mark
     mark = time.perf_counter()
     sft_step = args.sft_epochs
-    reports = evaluate_flow(EvaluateConfig(run=config, steps=[sft_step, config.steps], baseline_step=0))
-    phases["evaluate base, SFT, SFT+GRPO"] = time.perf_counter() - mark
+    baseline = None if args.skip_base else 0
+    reports = evaluate_flow(EvaluateConfig(run=config, steps=[sft_step, config.steps], baseline_step=baseline))
+    phases["evaluate " + ("" if args.skip_base else "base, ") + "SFT, SFT+GRPO"] = time.perf_counter() - mark
     mark = time.perf_counter()
     never = asyncio.run(_never_acts(config))
     phases["never-acts baseline"] = time.perf_counter() - mark
-    rows = [
-        ("never acts", never),
-        ("base model (step 0)", reports[0]),
-        (f"SFT (step {sft_step})", reports[1]),
-        (f"SFT+GRPO (step {config.steps})", reports[2]),
-    ]
+    rows = [("never acts", never)] + ([] if args.skip_base else [("base model (step 0)", reports.pop(0))])
+    rows += [(f"SFT (step {sft_step})", reports[0]), (f"SFT+GRPO (step {config.steps})", reports[1])]
     print(table(config, rows))
     print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
     print(f"total {time.perf_counter() - t0:.0f} s; checkpoints and reports: {summary.model_path}")

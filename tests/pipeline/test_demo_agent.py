@@ -41,6 +41,16 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
 
     again = main(argv)  # finished: from the cache, nothing trained again
     assert again["train"].trained_steps == [] and again["train"].sft.trained_steps == []
+    capsys.readouterr()
+
+    # A GRPO variant from the SFT epoch, under a new name: SFT is not trained again, the base not evaluated
+    fork = argv + ["--model", "variant", "--fork-from", "retail-seed0:1", "--train-reward", "safe_progress"]
+    varied = main(fork + ["--skip-base"])
+    out = capsys.readouterr().out
+    assert varied["train"].trained_steps == [2] and varied["train"].sft.trained_steps == []
+    assert list(varied["reports"]) == ["never acts", "SFT (step 1)", "SFT+GRPO (step 2)"]
+    assert "base model (step 0)" not in out and "SFT+GRPO (step 2)" in out
+    assert varied["train"].model_path.rstrip("/").endswith("/variant")
 
 
 def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refused_first(tmp_path, capsys):
@@ -52,3 +62,19 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
         main(["--base-model", str(tmp_path / "missing.gguf"), "--storage", str(tmp_path / "art")])
     assert "no such GGUF file" in capsys.readouterr().err
     assert not (tmp_path / "art").exists()  # refused before anything was stored
+    with pytest.raises(SystemExit):
+        main(["--fork-from", "retail-seed0:0", "--storage", str(tmp_path / "art")])
+    assert "give MODEL or MODEL:STEP" in capsys.readouterr().err
+
+
+def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(
+    tmp_path, tiny_model_path, monkeypatch
+):
+    from art_pipeline.flows.demo_agent import main
+    from art_pipeline.flows.preflight import PreflightError
+
+    monkeypatch.setenv("ART_TINY_MODEL", tiny_model_path)
+    argv = ["--tiny", "--storage", str(tmp_path / "art"), "--model", "variant", "--fork-from", "retail-seed9:2"]
+    with pytest.raises(PreflightError, match=r"fork_from.*retail-seed9.*no complete checkpoint"):
+        main(argv)
+    assert not (tmp_path / "art" / "demo-agent-tiny" / "models" / "variant").exists()
