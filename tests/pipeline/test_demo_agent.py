@@ -67,9 +67,7 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
     assert "give MODEL or MODEL:STEP" in capsys.readouterr().err
 
 
-def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(
-    tmp_path, tiny_model_path, monkeypatch
-):
+def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tmp_path, tiny_model_path, monkeypatch):
     from art_pipeline.flows.demo_agent import main
     from art_pipeline.flows.preflight import PreflightError
 
