@@ -20,6 +20,8 @@ in code (the `never_acts` baseline) the same way, without a server.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from typing import Any, Callable
@@ -85,6 +87,11 @@ class EvalReport(Persisted):
     success_threshold: float = 1.0
     per_scenario: dict[str, list[float]] = Field(default_factory=dict, description="Rewards of each attempt.")
     seconds: float = 0.0
+    settings: str = Field(
+        "",
+        description="What it ran under besides the weights (evaluation_settings): a fork reuses a copied evaluation "
+        "only under the same.",
+    )
     by_category: dict[str, CategoryScore] = Field(
         default_factory=dict,
         description="Reward and pass^k per task category (write / refuse / answer); empty where the "
@@ -358,6 +365,30 @@ async def evaluate_policy(
     return report, groups
 
 
+def evaluation_settings(
+    rollout: RolloutSpec, split: str, scenarios: int, trials: int, success_threshold: float = 1.0
+) -> str:
+    """A digest of everything an evaluation's result depends on besides the weights: the environment and its
+    options, the sampling, the split, the number of scenarios and tries, the success threshold.
+
+    >>> spec = RolloutSpec(environment="retail", sampling={"temperature": 0.7})
+    >>> evaluation_settings(spec, "val", 40, 3) == evaluation_settings(spec.model_copy(update={"seed": 2}), "val", 40, 3)
+    True
+    >>> evaluation_settings(spec, "val", 40, 3) == evaluation_settings(spec, "val", 40, 1)
+    False
+    """
+    what = {
+        "environment": rollout.environment,
+        "env_options": rollout.env_options,
+        "sampling": rollout.sampling,
+        "split": split,
+        "scenarios": scenarios,
+        "trials": trials,
+        "success_threshold": success_threshold,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def evaluate_step(
     ref: ModelRef,
     rollout: RolloutSpec,
@@ -390,6 +421,7 @@ def evaluate_step(
             sampling=rollout.sampling,
         )
     )
+    report.settings = evaluation_settings(rollout, split, scenarios, trials, success_threshold)
     store.write_eval(step, report.model_dump(mode="json"))
     store.write_groups(store.trajectories(split, step), groups)
     store.record(step, eval_metrics(report), prefix=f"{split}/")

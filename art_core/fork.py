@@ -162,6 +162,21 @@ def fork_model(
     return step
 
 
+def forked_evaluation(store: ModelStore, step: int, settings: str) -> dict[str, Any] | None:
+    """The stored evaluation of `step` when the fork copied it with the checkpoint (step at or before the fork's)
+    and it ran under `settings` (art_core.evaluate.evaluation_settings); else None.
+
+    A forked step's checkpoint is the source's byte for byte, so its copied evaluation stands: evaluating it
+    again would cost an evaluation's time and, at a temperature above 0, give a second sample of the same
+    weights, so GRPO's change over the fork point would be measured against another SFT figure than the
+    source's."""
+    origin = (store.read_model_json() or {}).get("forked_from") or {}
+    if not isinstance(origin.get("step"), int) or not 0 <= step <= origin["step"]:
+        return None
+    stored = store.read_eval(step)
+    return stored if stored and settings and stored.get("settings") == settings else None
+
+
 def _record_step(record: dict[str, Any]) -> int:
     step = record.get("step")
     return int(step) if isinstance(step, (int, float)) else 0

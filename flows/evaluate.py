@@ -19,7 +19,8 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from art_core.envs.tau2.published import reference_markdown
-from art_core.evaluate import EvalReport
+from art_core.evaluate import EvalReport, evaluation_settings
+from art_core.fork import forked_evaluation
 from art_core.reporting import eval_markdown
 from art_pipeline.flows.config import EvaluateConfig
 from art_pipeline.flows.lifetime import guard_temporary_server
@@ -51,7 +52,13 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     task = with_result_storage(evaluate, results)
     e = run.eval
 
+    settings = evaluation_settings(rollout, e.split, e.scenarios, e.trials, e.success_threshold)
+
     def one(step: int) -> EvalReport:
+        copied = forked_evaluation(store, step, settings)
+        if copied is not None:  # a forked step: its checkpoint and its evaluation are the source's
+            print(f"step {step}: evaluated before the fork under the same settings; that evaluation is reused")
+            return EvalReport.model_validate(copied)
         fingerprint = checkpoint_fingerprint_of(ref, step)
         return task(
             ref,

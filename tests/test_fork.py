@@ -10,7 +10,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from art_core.fork import ForkError, fork_model
+from art_core.fork import ForkError, fork_model, forked_evaluation
 from art_core.storage import Storage
 from art_core.store import ModelStore
 
@@ -66,6 +66,20 @@ def test_a_fork_is_the_source_as_it_stood_at_the_step(tmp_path):
         fork_model(source, ModelStore(str(tmp_path), "cs", "other"), not_after_step=0)
     with pytest.raises(ForkError, match="no complete checkpoint"):
         fork_model(ModelStore(str(tmp_path), "cs", "missing"), ModelStore(str(tmp_path), "cs", "other"))
+
+
+def test_a_forked_step_keeps_its_evaluation_only_under_the_same_settings(tmp_path):
+    source = _trained(str(tmp_path))
+    source.write_eval(2, {"step": 2, "reward": 0.5, "settings": "abc"})
+    target = ModelStore(str(tmp_path), "cs", "fork")
+    assert forked_evaluation(target, 2, "abc") is None  # not forked yet
+    fork_model(source, target, not_after_step=3)
+    assert forked_evaluation(target, 2, "abc")["reward"] == 0.5  # copied with the checkpoint it measured
+    assert forked_evaluation(target, 2, "other") is None  # other sampling, tasks or tries: evaluate again
+    target.write_eval(4, {"step": 4, "reward": 0.9, "settings": "abc"})
+    assert forked_evaluation(target, 4, "abc") is None  # after the fork: the fork's own weights
+    assert forked_evaluation(source, 2, "abc") is None  # the source was not forked
+    assert forked_evaluation(ModelStore(str(tmp_path), "cs", "fork2"), 2, "") is None
 
 
 def test_the_library_door_forks_as_art_does(tmp_path):

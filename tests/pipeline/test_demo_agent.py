@@ -50,6 +50,8 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     assert varied["train"].trained_steps == [2] and varied["train"].sft.trained_steps == []
     assert list(varied["reports"]) == ["never acts", "SFT (step 1)", "SFT+GRPO (step 2)"]
     assert "base model (step 0)" not in out and "SFT+GRPO (step 2)" in out
+    # the forked SFT step is the source's checkpoint: its evaluation is the source's, not a second sample
+    assert varied["reports"]["SFT (step 1)"] == reports["SFT (step 1)"]
     assert varied["train"].model_path.rstrip("/").endswith("/variant")
 
 
