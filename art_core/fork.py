@@ -96,12 +96,14 @@ def plan_fork(
     `base_model`: the base model the door will bind the target to after the fork, spelled as that door binds
     it (the pipeline's resolved folder, the library's `model.base_model`); compared the way binding compares."""
     source_base = (source.read_model_json() or {}).get("base_model")
-    if base_model and source_base and not same_base_model(source_base, base_model):
-        raise ForkError(
-            f"cannot fork {source.project}/{source.name} (trained from base model {source_base!r}) for a run on "
-            f"base model {base_model!r}: an adapter fits only its own base model. Run on the source's base model, "
-            "or fork another source; nothing was changed."
-        )
+    registered = (target.read_model_json() or {}).get("base_model")
+    for other, whose in ((base_model, "the run's base model"), (registered, "its registered base model")):
+        if other and source_base and not same_base_model(source_base, other):
+            raise ForkError(
+                f"cannot fork {source.project}/{source.name} (trained from base model {source_base!r}) into "
+                f"{target.project}/{target.name}: {whose} is {other!r}, and an adapter fits only its own base "
+                "model. Use the source's base model, or fork another source; nothing was changed."
+            )
     done = forked_before(source, target, not_after_step)
     if done is not None:
         return done, True
@@ -113,13 +115,6 @@ def plan_fork(
             + (f" (checkpoints {', '.join(map(str, have))})" if have else "")
             + f" and was not forked from {source.project}/{source.name} step {step}: fork into a new model name; "
             "nothing was changed."
-        )
-    stored = (target.read_model_json() or {}).get("base_model")
-    if stored and source_base and not same_base_model(stored, source_base):
-        raise ForkError(
-            f"cannot fork {source.project}/{source.name} (base model {source_base!r}) into {target.project}/"
-            f"{target.name}, registered with base model {stored!r}: an adapter fits only its own "
-            "base model. Use the source's base model; nothing was changed."
         )
     return step, False
 

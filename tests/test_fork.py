@@ -128,7 +128,7 @@ def test_the_pipeline_refuses_a_fork_it_cannot_make_before_any_work(tmp_path, ti
         preflight(config(model="gemma-src"))  # another base model's adapters: refused before the copy
     assert not (tmp_path / "cs" / "models" / "v2").exists()
     assert preflight(config(model="src", step=3)).fork_from.step == 3  # a fork that can be made passes
-    _trained(str(tmp_path), name="v2", steps=1)  # ... until the name has trained on its own
+    _trained(str(tmp_path), name="v2", steps=1, base_model=tiny_model_path)  # ... until the name trained on its own
     with pytest.raises(PreflightError, match="cs/v2 has trained already.*new model name"):
         preflight(config(model="src", step=3))
     json.dumps(config(model="src").model_dump())  # the form's value: plain JSON
