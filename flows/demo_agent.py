@@ -27,7 +27,7 @@ import asyncio
 import os
 import re
 import time
-from typing import Any
+from typing import Any, get_args
 
 # Train tasks demonstrated (the first N of the split). Measured on a 2-core AMX Xeon (README, "Train a
 # customer-service agent"): an epoch of retail's 111 takes about 38 minutes, a seed's whole run about 2 hours.
@@ -141,6 +141,8 @@ def model_name(domain: str, seed: int, base_model: str = "smollm2") -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train (demonstrations -> SFT -> GRPO), evaluate base / SFT / SFT+GRPO and never-acts, print the table."""
+    from art_core.envs.customer_service.env import CustomerServiceOptions
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--domain", default="retail", choices=["retail", "airline"])
     p.add_argument("--seed", type=int, default=0, help="order of the GRPO tasks and the trainer's seed")
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--train-reward",
         default="progress",
-        choices=["task", "progress", "arguments", "safe_progress"],
+        choices=get_args(CustomerServiceOptions.model_fields["train_reward"].annotation),
         help="the reward of GRPO's train rollouts (evaluation always reads the task reward)",
     )
     p.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (step 0)")
