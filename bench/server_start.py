@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import platform
 import statistics
@@ -50,10 +51,14 @@ POLICY = (
 )
 
 
-async def _sample_round(server, model: str, requests: int, tokens: int, prefix_words: int) -> tuple[float, int]:
+def system_prompt(words: int) -> str:
+    """POLICY's words repeated to exactly `words` words: the long prefix every chat of a round shares."""
+    return " ".join(itertools.islice(itertools.cycle(POLICY.split()), words))
+
+
+async def _sample_round(server, model: str, requests: int, tokens: int, system: str) -> tuple[float, int]:
     import httpx
 
-    system = (POLICY * (prefix_words // len(POLICY.split()) + 1))[: prefix_words * 7]
     async with httpx.AsyncClient(base_url=server.base_url, headers=server.headers(), timeout=600) as client:
 
         async def one(i: int) -> int:
@@ -83,16 +88,18 @@ def measure(
 ) -> dict[str, float]:
     from art_core.inference.server import ServerConfig, VLLMServer
 
+    system = system_prompt(prefix_words)
+
     env, extra = VARIANTS[variant]
     server = VLLMServer(ServerConfig(model=model_dir, env=env, extra_args=extra, served_model_name="bench"))
     t = time.perf_counter()
     server.start()
     start_s = time.perf_counter() - t
     try:
-        asyncio.run(_sample_round(server, "bench", 2, 8, prefix_words))  # warm-up: first requests allocate
+        asyncio.run(_sample_round(server, "bench", 2, 8, system))  # warm-up: first requests allocate
         rates = []
         for _ in range(samples):  # one round of a few seconds swings by 1.7x on a busy 2-core machine
-            seconds, generated = asyncio.run(_sample_round(server, "bench", requests, tokens, prefix_words))
+            seconds, generated = asyncio.run(_sample_round(server, "bench", requests, tokens, system))
             rates.append(generated / seconds)
     finally:
         server.stop()
