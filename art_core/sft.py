@@ -285,19 +285,24 @@ def store_expert_demonstrations(
     write them as SFT JSONL under `{project}/demonstrations/` in storage; (their URI, the Demonstrations).
 
     `seed` is the environment's (it picks the database and the tasks, so it must be the one GRPO trains on);
-    `limit`: only the first N scenarios of `split`. The same arguments write the same file.
+    `limit`: only the first N scenarios of `split`. The file's name ends with the digest of the expert's code
+    (`expert_fingerprint`): the same arguments and code write the same file, edited code another.
 
     >>> uri, demos = store_expert_demonstrations("./.art", "cs", "retail", limit=4)   # doctest: +SKIP
-    >>> uri   # './.art/cs/demonstrations/retail-train-seed0-first4.jsonl' (absolute)  # doctest: +SKIP
+    >>> uri   # './.art/cs/demonstrations/retail-train-seed0-first4-<digest>.jsonl' (absolute)  # doctest: +SKIP
     """
-    from art_core.envs.customer_service.expert import build_demonstrations
+    from art_core.envs.customer_service.expert import build_demonstrations, expert_fingerprint
     from art_core.storage import Storage
 
     demos = build_demonstrations(environment, split, seed=seed, limit=limit)  # type: ignore[arg-type]
     if not demos.rows:
         raise ValueError(f"no expert demonstration of {environment} {split}: {demos.summary()}")
     storage = Storage(storage_url)
-    name = f"{environment}-{split}-seed{seed}" + (f"-first{limit}" if limit is not None else "") + ".jsonl"
+    name = (
+        f"{environment}-{split}-seed{seed}"
+        + (f"-first{limit}" if limit is not None else "")
+        + f"-{expert_fingerprint(environment)}.jsonl"
+    )
     uri = storage.join(project, "demonstrations", name)
     storage.write_text(uri, "".join(json.dumps(row) + "\n" for row in demos.rows))
     return uri, demos

@@ -119,7 +119,7 @@ def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] 
     assert config.sft is not None
     stage, store = config.sft, ref.store()
     data = stage.demonstrations
-    if data == "expert":  # cached on (environment, split, seed, limit): a rerun reads the file it wrote
+    if data == "expert":  # cached on (environment, split, seed, limit) and the expert's code: a rerun reads its file
         build = with_result_storage(build_demonstrations, result_storage_for(config.storage_url))
         args = (
             config.storage_url,

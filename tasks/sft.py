@@ -2,7 +2,8 @@
 idempotent by its checkpoint.
 
 `build_demonstrations` plays an environment's expert and writes the JSONL to storage; it is cached on its inputs
-(environment, split, seed, limit, where) and returns the file's URI, never the conversations.
+(environment, split, seed, limit, where) and on the digest of the expert's code (an edited expert, tool or policy
+builds again), and returns the file's URI, never the conversations.
 
 Like train_step: if `checkpoints/{step+1:04d}` is complete the epoch is not trained again and the task
 ends `Cached`; otherwise the adapter of checkpoint `step` is fine-tuned on the epoch's examples and
@@ -14,7 +15,7 @@ from __future__ import annotations
 import time
 
 from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect.cache_policies import NO_CACHE, CacheKeyFnPolicy
 
 from art_core.serving import servers_sharing
 from art_core.sft import SFTSpec, sft_epoch, store_expert_demonstrations
@@ -23,10 +24,16 @@ from art_core.training.config import TrainConfig
 from art_pipeline.tasks.results import cached_on, step_run_name, train_step_state
 
 
+def _expert_code(context, parameters: dict) -> str:
+    from art_core.envs.customer_service.expert import expert_fingerprint
+
+    return expert_fingerprint(parameters["environment"])
+
+
 @task(
     name="build_demonstrations",
     task_run_name="demonstrations {environment} {split}",
-    cache_policy=cached_on(),
+    cache_policy=cached_on() + CacheKeyFnPolicy(cache_key_fn=_expert_code),
     persist_result=True,
 )
 def build_demonstrations(

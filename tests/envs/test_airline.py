@@ -263,7 +263,8 @@ def test_every_tool_returns_an_error_for_bad_arguments_and_changes_nothing(db, t
             free_text = (
                 name == "transfer_to_human_agents" and isinstance(kwargs.get("summary"), str) and kwargs["summary"]
             )
-            if params and kwargs != {p: "x" for p in params} and not free_text:
+            arithmetic = name == "calculate" and set(kwargs) == {"expression"} and kwargs["expression"] == "2025-13-45"
+            if params and kwargs != {p: "x" for p in params} and not free_text and not arithmetic:
                 assert result.startswith("Error"), (name, kwargs, result[:200])
     # well-formed calls that the data refuses, each with a message that says what is wrong
     rid = task.known_info["reservation_id"]

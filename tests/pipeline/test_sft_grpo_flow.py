@@ -108,3 +108,32 @@ def test_the_form_refuses_an_sft_section_that_cannot_run(tiny_model_path, tmp_pa
     cfg = preflight(sft_run(**base, sft={"demonstrations": str(demos), "epochs": 1, "peak_lr": 1e-3}))
     assert cfg.sft.spec().peak_lr == 1e-3 and cfg.sft.demonstrations == str(demos)
     assert sft_run(**base, sft=None).sft is None  # GRPO only, as before
+
+
+@pytest.mark.filterwarnings("ignore:Logger 'prefect.task_runs' attempted to send logs")  # a task called outside a flow
+def test_cached_demonstrations_are_built_again_when_the_expert_changes(prefect_api, tmp_path, monkeypatch):
+    """A rerun reads the demonstrations it built; an edited expert, tool or policy (another code digest) builds
+    them again into a file of its own, instead of training on the old conversations."""
+    from art_core.envs.customer_service import expert
+    from art_pipeline.tasks import result_storage_for
+    from art_pipeline.tasks.sft import build_demonstrations
+
+    storage = str(tmp_path / "runs")
+    build = build_demonstrations.with_options(result_storage=result_storage_for(storage))
+    real, built = expert.build_demonstrations, []
+
+    def counted(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(expert, "build_demonstrations", counted)
+    first = build(storage, "pipe", "retail", "train", 0, 2)
+    assert build(storage, "pipe", "retail", "train", 0, 2) == first and len(built) == 1  # read back from the cache
+    assert first.endswith(f"retail-train-seed0-first2-{expert.expert_fingerprint('retail')}.jsonl")
+
+    monkeypatch.setattr(expert, "expert_fingerprint", lambda domain: "0edited0code")
+    second = build(storage, "pipe", "retail", "train", 0, 2)
+    assert len(built) == 2 and second.endswith("retail-train-seed0-first2-0edited0code.jsonl")
+    assert (tmp_path / "runs" / "pipe" / "demonstrations").is_dir() and len(
+        list((tmp_path / "runs" / "pipe" / "demonstrations").iterdir())
+    ) == 2

@@ -131,8 +131,10 @@ def _offer(offers: list[dict[str, Any]], flight_number: str) -> dict[str, Any]:
 def _book(user: dict[str, Any], request: str) -> Play:
     origin, destination = yield from _airports(request)
     trip = "round_trip" if "round trip" in request else "one_way"
+    # one question for everything the booking needs, so the call to `calculate` costs no extra turn
     reply = yield from ask(
-        "Which flights would you like (flight numbers and dates), in which cabin, and who are the passengers?"
+        "Which flights would you like (flight numbers and dates), in which cabin, and who are the passengers? "
+        "How many total baggages will you check, do you want travel insurance, and which payment method will you use?"
     )
     legs = [{"flight_number": f, "date": d} for f, d in re.findall(rf"(\w+) on ({_DATE})", _fact(reply, "flights"))]
     cabin = _fact(reply, "cabin")
@@ -165,10 +167,6 @@ def _book(user: dict[str, Any], request: str) -> Play:
     if any(o["available_seats"][cabin] < n for o in offers):
         raise CannotDemonstrate("not enough seats")
     fares = [o["prices"][cabin] for o in offers]
-    reply = yield from ask(
-        f"The {cabin} fare is {_sum(fares)} per passenger. How many total baggages "
-        "will you check, do you want travel insurance, and which payment method will you use?"
-    )
     bags = int(_fact(reply, "total baggages"))
     insurance = _fact(reply, "insurance")
     methods = _payment_ids(reply)
@@ -176,6 +174,17 @@ def _book(user: dict[str, Any], request: str) -> Play:
     nonfree = max(0, bags - free)
     insured = INSURANCE_PRICE * n if insurance == "yes" else 0
     total = sum(fares) * n + insured + BAG_PRICE * nonfree
+    # the arithmetic goes to the calculator: a model copies the numbers into the expression and the result into
+    # the payment, instead of adding them up in its head
+    fare_sum = " + ".join(map(str, fares))
+    expression = " + ".join(
+        [f"({fare_sum}) * {n}" if len(fares) > 1 else f"{fare_sum} * {n}"]
+        + ([f"{INSURANCE_PRICE} * {n}"] if insured else [])
+        + ([f"{BAG_PRICE} * {nonfree}"] if nonfree else [])
+    )
+    calculated = yield from call("calculate", expression=expression)
+    if str(calculated) != str(total):
+        raise CannotDemonstrate(f"calculate gave {calculated} for {expression}, the expert {total}")
     payments, left = [], total
     for i, pid in enumerate(methods):
         method = user["payment_methods"].get(pid)
@@ -190,8 +199,8 @@ def _book(user: dict[str, Any], request: str) -> Play:
     reply = yield from ask(
         f"Here is the booking: a {trip} trip from {origin} to {destination} in {cabin}, flights {_legs(legs)}, for "
         f"{_people(people)}; {_n(bags, 'checked bag')} in total, {free} of them free for a {user['membership']} member, so "
-        f"{nonfree} non-free; travel insurance: {insurance}. Price: {sum(fares)} x {_n(n, 'passenger')} = {sum(fares) * n}, "
-        f"insurance {insured}, non-free bags {nonfree} x {BAG_PRICE} = {BAG_PRICE * nonfree}; total {total}. Payment: "
+        f"{nonfree} non-free; travel insurance: {insurance}. Price: the {cabin} fare {fare_sum} per passenger x "
+        f"{_n(n, 'passenger')}, insurance {insured}, non-free bags {nonfree} x {BAG_PRICE}; total {total}. Payment: "
         + ", ".join(f"{p['payment_id']} pays {p['amount']}" for p in payments)
         + (" (a certificate is used up whole: whatever is left on it is lost)" if certificate else "")
         + ". Shall I book it? (yes/no)"

@@ -378,6 +378,24 @@ def send_certificate(db: Database, user_id: str, amount: int) -> str:
     return f"Certificate {cid} of ${amount} added to the account of {user_id}."
 
 
+def calculate(db: Database, expression: str) -> str:
+    """Evaluate + - * / over numbers and parentheses (tau2's calculator); a whole result without decimals, so the
+    total of a booking reads "417", the amount a payment must carry.
+
+    >>> calculate({}, "(120 + 150) * 2 + 25 * 2 + 40 * 1")
+    '630'
+    """
+    from art_core.envs.tau2.toolkit import calculate as tau2_calculate
+
+    if not isinstance(expression, str) or not expression.strip():
+        raise ToolError("expression must be arithmetic text, e.g. '392 * 1 + 25 * 1'")
+    try:
+        value = float(tau2_calculate(db, expression))
+    except (ValueError, SyntaxError, ZeroDivisionError, TypeError) as e:
+        raise ToolError(f"cannot calculate {expression!r}: {e or type(e).__name__}") from None
+    return str(int(value)) if value.is_integer() else str(value)
+
+
 def transfer_to_human_agents(db: Database, summary: str) -> str:
     """Hand the customer to a human agent (ends the conversation)."""
     if not isinstance(summary, str) or not summary.strip():
@@ -401,6 +419,7 @@ TOOLS = {
         update_reservation_passengers,
         cancel_reservation,
         send_certificate,
+        calculate,
         transfer_to_human_agents,
     )
 }
@@ -505,6 +524,10 @@ _ARGS: dict[str, tuple[str, dict[str, Any]]] = {
     "send_certificate": (
         "Give the user a travel certificate worth a number of dollars.",
         {"user_id": _S, "amount": _INT},
+    ),
+    "calculate": (
+        "Compute an arithmetic expression (numbers, + - * /, parentheses), e.g. a booking's total price.",
+        {"expression": {"type": "string", "description": "e.g. '(120 + 150) * 2 + 25 * 2 + 40 * 1'"}},
     ),
     "transfer_to_human_agents": (
         "Transfer the customer to a human agent, with a summary of the issue.",

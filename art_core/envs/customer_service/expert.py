@@ -52,6 +52,32 @@ def expert_policy(domain: str) -> Policy:
     return importlib.import_module(EXPERTS[domain]).play
 
 
+# what a domain's demonstrations depend on besides its own package: the episode loop, the scripted customer, tool
+# plumbing, and tau2's calculator (the airline's `calculate`)
+_SHARED_SOURCES = ("customer_service", "tool_use", "tau2/toolkit.py")
+
+
+def expert_fingerprint(domain: str) -> str:
+    """A digest of the code and text a domain's demonstrations come from (its package: expert, tools, scenarios,
+    policy; the shared episode loop and customer). Another digest means other demonstrations: the pipeline's
+    cached demonstrations are keyed on it, so editing an expert or a tool is never answered with the old file.
+
+    >>> expert_fingerprint("airline")   # 12 hex digits  # doctest: +SKIP
+    """
+    import hashlib
+
+    if domain not in EXPERTS:
+        raise ValueError(f"no expert for {domain!r}: use one of {', '.join(EXPERTS)}")
+    envs = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for part in (domain, *_SHARED_SOURCES):
+        root = envs / part
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".md", ".json"))
+        for path in files:
+            digest.update(path.relative_to(envs).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def load_env(domain: str, seed: int = 0) -> Any:
     """The domain's environment with the scripted customer, as the demonstrations are played."""
     from art_core.envs import load_environment
@@ -121,7 +147,8 @@ def unrevealed_values(
       year is the policy's); arguments named in `free_text` (a transfer's summary) are the agent's own words,
       checked like its messages;
     - each number argument must appear in an earlier message of any role: amounts the agent computes (a total, a
-      bag count) are shown to the customer, with their sums, in the proposal they say yes to;
+      bag count) are shown to the customer, with their sums, in the proposal they say yes to; so must each number
+      of a `calculate` expression (the result then comes back as a tool result);
     - each id or date the assistant writes to the customer must appear in an earlier customer message or tool result.
 
     >>> unrevealed_values([{"role": "user", "content": "Order #W11 please"},
@@ -137,6 +164,10 @@ def unrevealed_values(
         if m["role"] == "assistant":
             for tc in m.get("tool_calls") or []:
                 arguments = json.loads(tc["function"]["arguments"])
+                if tc["function"]["name"] == "calculate":  # its operands, not the expression, come from before
+                    for number in re.findall(r"\d+(?:\.\d+)?", str(arguments.pop("expression", ""))):
+                        if number not in everything:
+                            problems.append(f"message {i} calculates with {number}, never shown before")
                 for key in free_text:
                     for token in _ID.findall(str(arguments.pop(key, "") or "")):
                         if _id_like(token) and token.lower() not in shown:
