@@ -580,6 +580,12 @@ def airline_probes() -> dict[str, Callable[[Db], list[list[Call]]]]:
             [("send_certificate", {"user_id": user_id(db), "amount": 100})],
             [("send_certificate", {"user_id": user_id(db), "amount": 0})],
         ],
+        "calculate": lambda db: [
+            [("calculate", {"expression": "(120 + 150) * 2 + 25 * 2 + 40 * 1"})],
+            [("calculate", {"expression": "7 / 3"})],
+            [("calculate", {"expression": "1 / 0"})],
+            [("calculate", {"expression": "__import__('os')"})],
+        ],
         "transfer_to_human_agents": lambda db: [
             [("transfer_to_human_agents", {"summary": "wants a refund"})],
             [("transfer_to_human_agents", {"summary": ""})],
