@@ -218,6 +218,7 @@ async def test_episode_write_without_the_right_arguments_scores_zero(env, fake_c
     )
     traj = await env.rollout(AsyncOpenAI(base_url=f.base_url, api_key="test"), "agent", scenario)
     assert traj.reward == 0.0 and traj.metrics["r_actions"] == 0.0 and traj.metrics["writes"] == 1
+    assert traj.metrics["writes_without_yes"] == 1  # it never asked: the write is counted as made without consent
     assert traj.metadata["stop_reason"] == "user_stop"  # the scripted user gave up after 3 unhelpful turns
 
 

@@ -69,6 +69,7 @@ def test_every_demonstration_replays_to_full_reward(built):
         replayed = replay_demonstration(env, by_id[row["task_id"]], row["messages"])
         assert replayed.reward == 1.0, row["task_id"]
         assert replayed.metadata["stop_reason"] == "user_stop"  # the customer was satisfied, nothing was cut off
+        assert replayed.metrics["writes_without_yes"] == 0, row["task_id"]  # every write waited for its yes
         assert replayed.messages()[: len(row["messages"])] == row["messages"]
 
 

@@ -66,11 +66,30 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     writes: int = 0
+    writes_without_yes: int = 0  # successful writes the customer's last reply had not agreed to (`agrees`)
     said: list[str] = field(default_factory=list)  # the agent's replies without tool calls, in order
 
     def counts(self) -> dict[str, int]:
         """The tool counts as trajectory metrics."""
-        return {"tool_calls": self.tool_calls, "tool_errors": self.tool_errors, "writes": self.writes}
+        return {
+            "tool_calls": self.tool_calls,
+            "tool_errors": self.tool_errors,
+            "writes": self.writes,
+            "writes_without_yes": self.writes_without_yes,
+        }
+
+
+_AGREES = re.compile(r"\W*(yes|yeah|yep|sure|ok|okay|go ahead|please do|please go ahead|confirm|confirmed|correct)\b")
+
+
+def agrees(reply: str) -> bool:
+    """Whether a customer's reply opens with agreement ("Yes, please go ahead.", "Sure", "OK, do it"): the consent
+    a policy asks for before a write. Task rewards check the database, not consent, so this is counted apart.
+
+    >>> agrees("Yes, please go ahead."), agrees("No, that is not what I want."), agrees("Okay, do it")
+    (True, False, True)
+    """
+    return _AGREES.match(reply.lower()) is not None
 
 
 async def run_episode(
@@ -93,6 +112,7 @@ async def run_episode(
 
     opening = traj.messages()[-1]
     ep = Episode(stop_reason="", steps=sum(m["role"] != "system" for m in traj.messages()))
+    agreed = False  # the customer's last reply agreed, and no write has used that yes yet
     stop = "user_stop" if opening["role"] == "user" and stops(opening.get("content") or "") else None
     while stop is None:
         if rules.max_turns is not None and ep.turns >= rules.max_turns:
@@ -128,6 +148,9 @@ async def run_episode(
                 ep.tool_calls += 1
                 ep.tool_errors += error
                 ep.writes += name in rules.write_tools and not error
+                if name in rules.write_tools and not error:
+                    ep.writes_without_yes += not agreed
+                    agreed = False  # one yes, one write
                 traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": text})
                 if name in rules.terminal_tools:
                     stop = "terminal_tool"
@@ -142,6 +165,7 @@ async def run_episode(
             stop = "answered"
             break
         answer = await customer(text)
+        agreed = agrees(answer)
         traj.messages_and_choices.append({"role": "user", "content": answer})
         ep.steps += 1
         if stops(answer):
