@@ -147,8 +147,8 @@ async def run_episode(
                 text, error = await call_tool(name, arguments)
                 ep.tool_calls += 1
                 ep.tool_errors += error
-                ep.writes += name in rules.write_tools and not error
                 if name in rules.write_tools and not error:
+                    ep.writes += 1
                     ep.writes_without_yes += not agreed
                     agreed = False  # one yes, one write
                 traj.messages_and_choices.append({"role": "tool", "tool_call_id": call_id, "content": text})
