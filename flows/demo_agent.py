@@ -269,7 +269,7 @@ def table(config: Any, rows: list[tuple[str, Any]]) -> str:
     lines = [
         f"\n{config.environment.name}: the same {e.scenarios} {e.split} tasks, {e.trials} tries each "
         "(pass^k: all k tries right); headline: write pass^1",
-        f"{'model':<24}{'headline':>9}{'± s.e.':>8}{'reward':>8}  "
+        f"{'model':<24}{'headline':>9}{'± s.e.':>8}{'w/ yes':>8}{'reward':>8}  "
         + "  ".join(f"{c} (n)".ljust(10) for c in categories),
     ]
     for label, report in rows:
@@ -279,10 +279,12 @@ def table(config: Any, rows: list[tuple[str, Any]]) -> str:
             cells.append(f"{score.pass_k.get(1, float('nan')):.3f} ({score.scenarios})".ljust(10) if score else "-")
         h = report.headline
         se = "-" if h.stderr is None else f"{h.stderr:.3f}"
-        lines.append(f"{label:<24}{h.value:>9.3f}{se:>8}{report.reward:>8.3f}  " + "  ".join(cells))
+        yes = "-" if h.with_yes is None else f"{h.with_yes:.3f}"
+        lines.append(f"{label:<24}{h.value:>9.3f}{se:>8}{yes:>8}{report.reward:>8.3f}  " + "  ".join(cells))
     lines.append(
-        "± s.e.: the headline's standard error across the write tasks; per-category cells: pass^1 (tasks); "
-        f"pass^k for k up to {ks[-1]} in the stored reports"
+        "± s.e.: the headline's standard error across the write tasks; w/ yes: the headline counting a try right "
+        "only if every write followed the customer's yes (the reward does not check it); per-category cells: "
+        f"pass^1 (tasks); pass^k for k up to {ks[-1]} in the stored reports"
     )
     if any(report.by_kind for _, report in rows):  # which writes the model gets right, not only how many
         from art_core.reporting import kind_table

@@ -120,7 +120,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
         key=artifact_key(run.project, run.model, "eval-compare"),
         markdown=md,
         description=f"{run.model}: steps {steps} vs {baseline.model if baseline else 'no baseline'}"
-        + (f"; {rows[-1].headline.metric} {rows[-1].headline.figure()}" if rows else ""),
+        + (f"; {rows[-1].headline.described()}" if rows else ""),
     )
     print(md)
     return ([baseline] if baseline else []) + reports

@@ -60,7 +60,7 @@ def evaluate(
     )
     h = report.headline  # write pass^1 where the environment has task categories, else the reward
     get_run_logger().info(
-        "step %d on %s: %s %s, reward %.3f, pass^k %s", step, split, h.metric, h.figure(), report.reward, report.pass_k
+        "step %d on %s: %s, reward %.3f, pass^k %s", step, split, h.described(), report.reward, report.pass_k
     )
     return report
 
@@ -96,11 +96,10 @@ def evaluate_prompted(
     )
     h = report.headline
     get_run_logger().info(
-        "prompted %s on %s: %s %s, reward %.3f, pass^k %s",
+        "prompted %s on %s: %s, reward %.3f, pass^k %s",
         model,
         split,
-        h.metric,
-        h.figure(),
+        h.described(),
         report.reward,
         report.pass_k,
     )

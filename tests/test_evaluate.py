@@ -94,6 +94,50 @@ def test_tries_right_per_kind_of_write_task_in_the_report():
     assert "Per kind" not in eval_markdown([old], title="m on val")
 
 
+def test_a_write_the_customer_did_not_agree_to_is_counted_beside_the_headline_not_in_it():
+    """The task reward checks the database, not consent: a right try that wrote without the customer's yes keeps
+    its place in the headline, and the report shows apart how many such tries there were and what the headline
+    would be without them. A report stored before that was counted still renders, with '-'."""
+    from art_core.reporting import eval_markdown
+
+    def tries(scenario, outcomes, failed=0):  # outcomes: (reward, writes_without_yes) per finished try
+        group = _group(scenario, [r for r, _ in outcomes], failed)
+        for t, (_, unasked) in zip(group.trajectories, outcomes):
+            t.metrics["writes_without_yes"] = unasked
+        return group
+
+    groups = [
+        tries("w1", [(1.0, 0), (1.0, 1), (0.0, 2)]),  # right and asked, right but unasked, wrong and unasked
+        tries("w2", [(1.0, 0), (0.0, 0)], failed=1),
+        tries("r1", [(1.0, 0), (1.0, 0), (1.0, 0)]),  # a refusal: nothing written
+    ]
+    categories = {"w1": "write", "w2": "write", "r1": "refuse"}
+    report = eval_report(groups, model="m@2", step=2, split="val", trials=3, categories=categories)
+    write = report.by_category["write"]
+    assert write.pass_k[1] == pytest.approx(3 / 6)  # the headline is the task reward's, unchanged
+    assert write.pass_1_with_yes == pytest.approx(2 / 6) and write.unasked == pytest.approx(2 / 6)
+    assert report.by_category["refuse"].pass_1_with_yes == 1.0 and report.by_category["refuse"].unasked == 0.0
+    h = EvalReport.model_validate_json(report.model_dump_json()).headline
+    assert h.value == pytest.approx(0.5) and h.with_yes == pytest.approx(1 / 3)
+    assert (
+        h.described().startswith("write pass^1 0.500 ± ") and "(0.333 with a yes before every write)" in h.described()
+    )
+
+    old = report.model_dump(mode="json")
+    for score in old["by_category"].values():
+        del score["pass_1_with_yes"], score["unasked"]
+    old["model"], old["step"] = "m@1", 1
+    md = eval_markdown([old, report], title="m on val")
+    assert "| model | category | scenarios | reward | pass^1 | pass^2 | pass^3 | pass^1 with yes | unasked |" in md
+    assert "| m@2 | write | 2 | 0.600 | 0.500 | 0.167 | 0.000 | 0.333 | 0.333 |" in md
+    assert "| m@1 | write | 2 | 0.600 | 0.500 | 0.167 | 0.000 | - | - |" in md
+    assert EvalReport.model_validate(old).headline.with_yes is None
+    assert "pass^1 with yes" not in eval_markdown([old], title="m on val")  # nothing counted: no such columns
+
+    plain = eval_report([_group("a", [1.0])], model="m", step=0, split="val", trials=1)  # no customer to agree
+    assert plain.headline.with_yes is None and plain.headline.described() == "reward 1.000"
+
+
 def test_the_headline_carries_its_standard_error_and_a_gain_its_paired_one():
     """Tries of one task are not independent, so the error runs across tasks; comparing two steps task by task
     removes the spread between easy and hard tasks. Both reach the report a user reads."""
@@ -136,7 +180,7 @@ def test_headline_is_the_reward_without_categories_and_survives_json():
     assert plain.by_category == {} and (plain.headline.metric, plain.headline.value) == ("reward", 0.5)
     report = _two_tries({"w": [1.0, 0.0], "r": [1.0, 1.0]}, {"w": "write", "r": "refuse"})
     stored = report.model_dump(mode="json")  # what eval/{step}.json and the baselines hold
-    assert stored["headline"] == {"metric": "write pass^1", "value": 0.5, "stderr": None}  # one write task: no spread
+    assert stored["headline"] == {"metric": "write pass^1", "value": 0.5, "stderr": None, "with_yes": None}  # one task
     assert EvalReport.model_validate(stored) == report  # read back, as flows/reporting does
     assert eval_metrics(report) == {
         "val/reward": 0.75,
@@ -199,7 +243,8 @@ def test_never_acts_scores_zero_on_write_tasks_through_the_evaluation(name, cate
     saved = Storage(str(tmp_path)).read_json(f"{tmp_path}/p/baselines/never-acts-{name}/eval-val.json")
     assert EvalReport.model_validate(saved).by_category == report.by_category
     assert EvalReport.model_validate(saved).by_kind == report.by_kind
-    assert saved["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0}
+    assert saved["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0, "with_yes": 0.0}
+    assert all(score.unasked == 0.0 for score in report.by_category.values())  # it writes nothing, asked or not
 
 
 def test_a_report_pickled_before_a_field_was_added_reads_back_with_its_default():

@@ -79,4 +79,7 @@ def test_both_doors_lead_with_write_pass_1_next_to_never_acts(
     storage = Storage(run.storage_url)
     assert storage.read_text(f"{run.storage_url}/cs/models/agent/reports/eval-compare.md") == md
     never = storage.read_json(f"{run.storage_url}/cs/baselines/never-acts-retail/eval-val.json")
-    assert never["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0}
+    assert never["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0, "with_yes": 0.0}
+    # consent is counted the same through both doors, and shown beside the headline
+    assert library.headline.with_yes is not None and flow.headline.with_yes is not None
+    assert "| pass^1 with yes | unasked |" in md

@@ -66,7 +66,12 @@ def report_markdown(
     lines = [
         f"# tau2-{domain}: {report.model} on the {report.split} split ({report.scenarios} tasks x {report.trials} trials)",
         "",
-        f"Headline: {h.metric} = {h.figure()} ({'; '.join(versus)})",
+        f"Headline: {h.metric} = {h.figure()} ({'; '.join(versus)})"
+        + (
+            f". With the customer's yes before every write: {h.with_yes:.3f} (tau2 does not check consent)"
+            if h.with_yes is not None
+            else ""
+        ),
         "",
         f"| policy | tasks | reward | {head} |",
         "|---|---|---|" + "---|" * len(ks),
