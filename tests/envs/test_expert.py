@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 
 import pytest
 
@@ -86,13 +85,6 @@ def test_the_expert_uses_only_what_the_conversation_has_shown(built):
                 i for i, m in enumerate(row["messages"]) if m["role"] == "user" and m["content"].startswith("Yes")
             )
             assert ("assistant", True) in roles[yes:], row["task_id"]
-        # a sum names its terms in the same turn first, so each operand is copied from the line above it
-        for m in row["messages"]:
-            for tc in m.get("tool_calls") or []:
-                if tc["function"]["name"] == "calculate":
-                    expression = json.loads(tc["function"]["arguments"])["expression"]
-                    assert m["content"].startswith("Price terms:"), row["task_id"]
-                    assert all(n in m["content"] for n in re.findall(r"\d+", expression)), (m["content"], expression)
 
 
 def test_an_invented_id_is_caught():

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from art_core.envs.airline.db import BAG_PRICE, FREE_BAGS, INSURANCE_PRICE, NOW
-from art_core.envs.customer_service.policies import CannotDemonstrate, Play, ask, call, call_saying
+from art_core.envs.customer_service.policies import CannotDemonstrate, Play, ask, call
 
 CONFIRM = "Shall I proceed? (yes/no)"
 CABIN_WORDS = {
@@ -175,23 +175,14 @@ def _book(user: dict[str, Any], request: str) -> Play:
     insured = INSURANCE_PRICE * n if insurance == "yes" else 0
     total = sum(fares) * n + insured + BAG_PRICE * nonfree
     # the arithmetic goes to the calculator: a model copies the numbers into the expression and the result into
-    # the payment, instead of adding them up in its head. Each term is named first, in the same turn, with where it
-    # comes from (which flight's fare, the insurance answer, the free-bag table), so the expression holds only
-    # numbers the line above it wrote.
+    # the payment, instead of adding them up in its head
     fare_sum = " + ".join(map(str, fares))
     expression = " + ".join(
         [f"({fare_sum}) * {n}" if len(fares) > 1 else f"{fare_sum} * {n}"]
         + ([f"{INSURANCE_PRICE} * {n}"] if insured else [])
         + ([f"{BAG_PRICE} * {nonfree}"] if nonfree else [])
     )
-    fare_terms = ", ".join(f"{leg['flight_number']} {fare}" for leg, fare in zip(legs, fares))
-    terms = (
-        f"Price terms: {cabin} fare a passenger: {fare_terms}; passengers: {n}; "
-        + (f"insurance: yes, {INSURANCE_PRICE} a passenger; " if insured else "insurance: no; ")
-        + f"bags: {bags} checked, {free} free for a {user['membership']} member in {cabin}, so {nonfree} non-free"
-        + (f" at {BAG_PRICE} each." if nonfree else ".")
-    )
-    calculated = yield from call_saying(terms, "calculate", expression=expression)
+    calculated = yield from call("calculate", expression=expression)
     if str(calculated) != str(total):
         raise CannotDemonstrate(f"calculate gave {calculated} for {expression}, the expert {total}")
     payments, left = [], total

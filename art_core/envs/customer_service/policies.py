@@ -42,12 +42,10 @@ class Say:
 
 @dataclass(frozen=True)
 class Call:
-    """One tool call; the arguments as a JSON object. `text`: words written in the same turn before the call (the
-    agent's working, e.g. the terms of a sum), which the customer does not see."""
+    """One tool call; the arguments as a JSON object."""
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
-    text: str | None = None
 
 
 Play = Generator["Say | Call", str, None]  # yields the agent's turns, receives what came back as text
@@ -66,19 +64,13 @@ def ask(text: str) -> Generator[Say, str, str]:
 def call(name: str, **arguments: Any) -> Generator[Call, str, Any]:
     """Call a tool and return its result parsed from JSON (or the text when it is not JSON); a tool error
     raises `CannotDemonstrate`, since an expert's calls are checked before they are made."""
-    return (yield from call_saying(None, name, **arguments))
-
-
-def call_saying(text: str | None, name: str, **arguments: Any) -> Generator[Call, str, Any]:
-    """`call`, with `text` written in the same turn before the call: the working a model should copy, such as
-    each term of a sum named before `calculate` adds them up. The customer does not see it."""
-    result = yield Call(name, arguments, text)
-    if result.startswith("Error:"):
-        raise CannotDemonstrate(f"{name} refused: {result}")
+    text = yield Call(name, arguments)
+    if text.startswith("Error:"):
+        raise CannotDemonstrate(f"{name} refused: {text}")
     try:
-        return json.loads(result)
+        return json.loads(text)
     except json.JSONDecodeError:
-        return result
+        return text
 
 
 DECLINE = "I'm sorry, but I can't help with that request."
@@ -95,7 +87,7 @@ def _completion(turn: Say | Call, n: int, model: str) -> ChatCompletion:
         call_ = ChatCompletionMessageToolCall(
             id=f"call_{n}", type="function", function=Function(name=turn.name, arguments=json.dumps(turn.arguments))
         )
-        message = ChatCompletionMessage(role="assistant", content=turn.text, tool_calls=[call_])
+        message = ChatCompletionMessage(role="assistant", content=None, tool_calls=[call_])
         finish = "tool_calls"
     else:
         message = ChatCompletionMessage(role="assistant", content=turn.text)
@@ -150,9 +142,7 @@ class ReplayClient:
         m = self.recorded[n]
         if m.get("tool_calls"):
             (tc,) = m["tool_calls"]  # an expert makes one call a turn
-            turn: Say | Call = Call(
-                tc["function"]["name"], json.loads(tc["function"]["arguments"]), m.get("content") or None
-            )
+            turn: Say | Call = Call(tc["function"]["name"], json.loads(tc["function"]["arguments"]))
         else:
             turn = Say(m["content"])
         return _completion(turn, self.turns, model)
