@@ -33,6 +33,7 @@ from art_core.coroutines import run_sync
 from art_core.envs.base import Environment, Scenario
 from art_core.envs.customer_service.categories import CATEGORIES
 from art_core.envs.customer_service.policies import Policy, PolicyClient, never_acts
+from art_core.envs.tool_use.episode import WRITES_WITHOUT_YES
 from art_core.persisted import Persisted
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
 from art_core.serving import Endpoint
@@ -43,7 +44,7 @@ from art_core.trajectories import TrajectoryGroup
 
 HEADLINE_CATEGORY = "write"  # where the environment has categories, the headline is pass^1 on these tasks
 NEVER_ACTS = "never-acts"  # the name the never-acts baseline is reported under
-UNASKED = "writes_without_yes"  # the episode loop's metric: successful writes the customer had not agreed to
+UNASKED = WRITES_WITHOUT_YES  # the episode loop's metric: successful writes the customer had not agreed to
 
 
 class CategoryScore(Persisted):

@@ -35,6 +35,8 @@ from art_core.trajectories import Trajectory
 if TYPE_CHECKING:
     from openai.types.chat.chat_completion import Choice
 
+WRITES_WITHOUT_YES = "writes_without_yes"  # the trajectory metric of `Episode.writes_without_yes` (evaluate reads it)
+
 CallTool = Callable[[str, str], Awaitable[tuple[str, bool]]]  # (name, JSON arguments) -> (text, is_error)
 Customer = Callable[[str], Awaitable[str]]  # what the agent said -> the customer's reply
 
@@ -75,7 +77,7 @@ class Episode:
             "tool_calls": self.tool_calls,
             "tool_errors": self.tool_errors,
             "writes": self.writes,
-            "writes_without_yes": self.writes_without_yes,
+            WRITES_WITHOUT_YES: self.writes_without_yes,
         }
 
 
