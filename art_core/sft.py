@@ -237,10 +237,7 @@ def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
     `sft/{key}.json`; a rerun (after a crash, or again) reads it back, so its epochs map to the same
     checkpoints and finished ones are not trained again.
     """
-    import hashlib
-
-    text = json.dumps([_read_text(data), spec.model_dump()], sort_keys=True)
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    key = sft_key(data, spec)
     marker = store.path("sft", f"{key}.json")
     if store.storage.exists(marker):
         return key, int(store.storage.read_json(marker)["start_step"])
@@ -268,13 +265,70 @@ def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
     return key, start
 
 
-def _unfinished_stages(store: "ModelStore", data: str, latest: int) -> list[dict[str, Any]]:
-    """The SFT stages recorded for `data` on this model whose last epoch's checkpoint is past `latest`."""
+def sft_key(data: str, spec: SFTSpec) -> str:
+    """The key of an SFT stage (`sft/{key}.json`): the data file's contents and the spec, not the file's path."""
+    import hashlib
+
+    text = json.dumps([_read_text(data), spec.model_dump()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def recorded_stages(store: "ModelStore") -> list[dict[str, Any]]:
+    """The SFT stages this model's folder records ({"start_step", "data", "spec", "key"}), in key order."""
     folder = store.path("sft")
     if not store.storage.exists(folder):
         return []
     names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in store.storage.fs.ls(folder, detail=False))
-    stages = [store.storage.read_json(store.path("sft", name)) for name in names if name.endswith(".json")]
+    return [
+        {**store.storage.read_json(store.path("sft", name)), "key": name[: -len(".json")]}
+        for name in names
+        if name.endswith(".json")
+    ]
+
+
+def check_fork_keeps_sft(store: "ModelStore", data: str, spec: SFTSpec, source: str) -> None:
+    """Refuse (ValueError) an SFT stage that would begin on a forked model whose source was fine-tuned already, on
+    other demonstrations or settings: a fork at the last SFT epoch is meant to find its SFT done, and would
+    otherwise train `spec.epochs` more epochs on top of it before any GRPO step. Passes when this stage is one
+    the source recorded (done, or to resume), or when the source had no SFT (fine-tuning a forked model then is
+    what the run asks for)."""
+    if store.storage.exists(store.path("sft", f"{sft_key(data, spec)}.json")):
+        return
+    stages = recorded_stages(store)
+    if not stages:
+        return
+    latest = store.checkpoint_steps()[-1] if store.checkpoint_steps() else 0
+    theirs = max(stages, key=lambda stage: stage["start_step"])  # the SFT the forked checkpoint ends with
+    changed = [k for k, v in spec.model_dump().items() if theirs["spec"].get(k) != v]
+    if theirs.get("data") != data:
+        why = f"other demonstrations ({theirs['data']})"
+    elif _stage_key(data, theirs["spec"]) != theirs["key"]:
+        why = f"{data} before its contents changed"
+    else:
+        why = data
+    if changed:
+        why += ", with " + ", ".join(f"{k} {theirs['spec'].get(k)!r} -> {getattr(spec, k)!r}" for k in changed)
+    raise ValueError(
+        f"{source} was fine-tuned on {why}; this run's SFT stage ({data}) is not one it ran, so it would train "
+        f"{spec.epochs} more SFT epochs (checkpoints {latest + 1}-{latest + spec.epochs}) on top of that SFT "
+        "before any GRPO step. To try a GRPO variant on the source's SFT, give the SFT settings and "
+        f"demonstrations it trained on (sft.demonstrations {theirs['data']!r}; expert demonstrations change "
+        "with the environment's expert code), or fork a model fine-tuned on this run's demonstrations. To "
+        "fine-tune the fork again, run the sft flow on it, then train without `sft`."
+    )
+
+
+def _stage_key(data: str, spec: dict[str, Any]) -> str | None:
+    """sft_key of `data` under a recorded spec; None if that spec no longer validates."""
+    try:
+        return sft_key(data, SFTSpec(**spec))
+    except ValueError:
+        return None
+
+
+def _unfinished_stages(store: "ModelStore", data: str, latest: int) -> list[dict[str, Any]]:
+    """The SFT stages recorded for `data` on this model whose last epoch's checkpoint is past `latest`."""
+    stages = recorded_stages(store)
     return [s for s in stages if s.get("data") == data and s["start_step"] + s["spec"]["epochs"] > latest]
 
 

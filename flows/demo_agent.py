@@ -18,6 +18,8 @@ To try a GRPO variant without SFT again, fork a finished run at its last SFT epo
 
     python -m flows.demo_agent --base-model gemma3-270m --seed 1 --model retail-seed1-safe \
         --fork-from retail-seed1-gemma-3-270m-q4_k_m:2 --train-reward safe_progress --skip-base
+
+(`--grpo-lr` changes GRPO's learning rate the same way.)
 """
 
 from __future__ import annotations
@@ -65,11 +67,13 @@ def agent_config(
     inference_url: str | None = None,
     train_reward: str = "progress",
     fork_from: dict[str, Any] | None = None,
+    grpo_learning_rate: float = GRPO_LEARNING_RATE,
 ) -> Any:
     """The demo's RunConfig: SFT epochs then GRPO steps on one customer-service environment.
 
     `fork_from` ({"model", "step"}, RunConfig.fork_from): start as that model stood at that step (its SFT
     epochs found done), so only the GRPO steps after it train, under this config's settings.
+    `grpo_learning_rate` is GRPO's (SFT keeps SFT_LEARNING_RATE's schedule).
 
     >>> agent_config("/models/smollm2", "./.art").steps
     4
@@ -96,7 +100,7 @@ def agent_config(
             "batch_size": 4,
             "demonstrations_limit": demonstrations,
         },
-        train={"learning_rate": GRPO_LEARNING_RATE, "seed": seed},
+        train={"learning_rate": grpo_learning_rate, "seed": seed},
         sampling={"max_tokens": max_tokens, "temperature": 0.7},
         eval_every=0,
         eval={"scenarios": scenarios, "trials": tries},
@@ -117,6 +121,21 @@ def fork_spec(value: str) -> dict[str, Any]:
     if not model or not step.isdigit() or int(step) < 1:
         raise argparse.ArgumentTypeError(f"{value!r}: give MODEL or MODEL:STEP, STEP a checkpoint number from 1")
     return {"model": model, "step": int(step)}
+
+
+def learning_rate(value: str) -> float:
+    """`--grpo-lr`'s value: a positive number, refused by argparse (before anything starts) otherwise.
+
+    >>> learning_rate("3e-4")
+    0.0003
+    """
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = float("nan")
+    if not rate > 0 or rate == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a learning rate above 0, e.g. 1e-4")
+    return rate
 
 
 def model_name(domain: str, seed: int, base_model: str = "smollm2") -> str:
@@ -155,6 +174,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--demonstrations", type=int, default=DEMONSTRATIONS, help="train tasks the expert demonstrates")
     p.add_argument("--sft-epochs", type=int, default=SFT_EPOCHS)
     p.add_argument("--grpo-steps", type=int, default=GRPO_STEPS)
+    p.add_argument(
+        "--grpo-lr", type=learning_rate, default=GRPO_LEARNING_RATE, help="GRPO's learning rate (SFT's is its own)"
+    )
     p.add_argument("--scenarios", type=int, default=EVAL_SCENARIOS, help="held-out val tasks evaluated")
     p.add_argument("--tries", type=int, default=EVAL_TRIES, help="tries per task (pass^k for k up to this)")
     p.add_argument("--storage", default="./.art", help="storage root: a folder or s3://bucket/prefix")
@@ -220,6 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         inference_url=args.inference_url,
         train_reward=args.train_reward,
         fork_from=args.fork_from,
+        grpo_learning_rate=args.grpo_lr,
         **sizes,
     )
     from art_pipeline.flows.config import EvaluateConfig

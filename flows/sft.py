@@ -18,10 +18,10 @@ from prefect import flow
 from pydantic import BaseModel, Field, field_validator
 
 from art_core.settings import get_settings
-from art_core.sft import SFTSpec, sft_plan
+from art_core.sft import SFTSpec, check_fork_keeps_sft, sft_plan
 from art_core.store import ModelRef, ModelStore
 from art_core.training.config import TrainConfig
-from art_pipeline.flows.config import NAME_FORM, RunConfig, _Strict, storage_root
+from art_pipeline.flows.config import NAME_FORM, PreflightError, RunConfig, _Strict, storage_root
 from art_pipeline.flows.lifetime import guard_temporary_server, training_lease
 from art_pipeline.flows.preflight import base_model, existing_file, preflight
 from art_pipeline.tasks.results import result_storage_for, with_result_storage
@@ -132,6 +132,13 @@ def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] 
         data = build(*args)
         if not store.storage.exists(data):  # the cache outlived its file: build it again
             data = build.with_options(refresh_cache=True)(*args)
+    if config.fork_from is not None:  # a fork meant to find its SFT done: refused before any epoch otherwise
+        fork = config.fork_from
+        try:
+            at = f"step {fork.step}" if fork.step else "its latest checkpoint"
+            check_fork_keeps_sft(store, data, stage.spec(), f"{fork.model} (forked at {at})")
+        except ValueError as e:
+            raise PreflightError("fork_from", str(e)) from None
     run = SFTRunConfig(
         storage_url=config.storage_url,
         project=config.project,

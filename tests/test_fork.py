@@ -132,3 +132,59 @@ def test_the_pipeline_refuses_a_fork_it_cannot_make_before_any_work(tmp_path, ti
     with pytest.raises(PreflightError, match="cs/v2 has trained already.*new model name"):
         preflight(config(model="src", step=3))
     json.dumps(config(model="src").model_dump())  # the form's value: plain JSON
+
+
+def test_a_fork_meant_for_grpo_is_refused_before_sft_starts_again_on_other_demonstrations(tmp_path, tiny_model_path):
+    """A fork at the last SFT epoch finds its SFT done only if the run's SFT is the one the source ran. With other
+    demonstrations (the expert's code changed since, say) the run would fine-tune again on top of it: refused,
+    naming both, before any epoch."""
+    import shutil
+
+    from art_core.sft import check_fork_keeps_sft, sft_key
+    from art_core.store import ModelRef
+    from art_pipeline.flows.config import PreflightError, RunConfig
+    from art_pipeline.flows.sft import sft_stage
+
+    old, new = tmp_path / "demos-old.jsonl", tmp_path / "demos-new.jsonl"
+    for path, reply in ((old, "hello"), (new, "hello there")):
+        turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": reply}]
+        path.write_text(json.dumps({"messages": turns}) + "\n")
+
+    def config(demonstrations: str, **sft) -> RunConfig:
+        return RunConfig(
+            project="cs",
+            model="v2",
+            base_model=tiny_model_path,
+            storage_url=str(tmp_path),
+            environment={"name": "word-quiz"},
+            steps=4,
+            sft={"epochs": 2, "demonstrations": demonstrations, **sft},
+            fork_from={"model": "src", "step": 2},
+        )
+
+    source = _trained(str(tmp_path), base_model=tiny_model_path)
+    shutil.rmtree(tmp_path / "cs" / "models" / "src" / "sft")
+    spec = config(str(old)).sft.spec()  # its SFT (checkpoints 1-2) ran on the old file
+    marker = {"start_step": 0, "data": str(old), "spec": spec.model_dump()}
+    source.storage.write_json(source.path("sft", f"{sft_key(str(old), spec)}.json"), marker)
+    target = ModelStore(str(tmp_path), "cs", "v2")
+    fork_model(source, target, not_after_step=2)
+    ref = ModelRef(storage_url=str(tmp_path), project="cs", model="v2", base_model=tiny_model_path)
+
+    with pytest.raises(PreflightError, match=r"fork_from: src \(forked at step 2\) was fine-tuned on other demonstr"):
+        sft_stage(config(str(new)), ref)
+    with pytest.raises(PreflightError) as refused:
+        sft_stage(config(str(old), peak_lr=1e-3), ref)  # the same file on another schedule: a new stage too
+    assert "peak_lr 0.0002 -> 0.001" in str(refused.value) and str(old) in str(refused.value)
+    assert "2 more SFT epochs (checkpoints 3-4)" in str(refused.value)
+    assert target.checkpoint_steps() == [1, 2] and len(list((tmp_path / "cs" / "models" / "v2" / "sft").iterdir())) == 1
+    check_fork_keeps_sft(target, str(old), config(str(old)).sft.spec(), "src")  # the source's own SFT: found done
+    old.write_text(new.read_text())  # the file it trained on, edited since
+    with pytest.raises(ValueError, match=r"fine-tuned on .*demos-old.jsonl before its contents changed; this run"):
+        check_fork_keeps_sft(target, str(old), config(str(old)).sft.spec(), "src")
+
+    plain = _trained(str(tmp_path), name="plain", base_model=tiny_model_path)  # a source that never ran SFT
+    shutil.rmtree(tmp_path / "cs" / "models" / "plain" / "sft")
+    bare = ModelStore(str(tmp_path), "cs", "bare")
+    fork_model(plain, bare, not_after_step=2)
+    check_fork_keeps_sft(bare, str(new), config(str(new)).sft.spec(), "plain")  # fine-tuning its fork is the ask

@@ -7,6 +7,8 @@ the phases timed, and a re-run that trains nothing again.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.vllm
@@ -45,6 +47,7 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
 
     # A GRPO variant from the SFT epoch, under a new name: SFT is not trained again, the base not evaluated
     fork = argv + ["--model", "variant", "--fork-from", "retail-seed0:1", "--train-reward", "safe_progress"]
+    fork += ["--grpo-lr", "3e-4"]
     varied = main(fork + ["--skip-base"])
     out = capsys.readouterr().out
     assert varied["train"].trained_steps == [2] and varied["train"].sft.trained_steps == []
@@ -53,6 +56,9 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     # the forked SFT step is the source's checkpoint: its evaluation is the source's, not a second sample
     assert varied["reports"]["SFT (step 1)"] == reports["SFT (step 1)"]
     assert varied["train"].model_path.rstrip("/").endswith("/variant")
+    history = tmp_path / "art" / "demo-agent-tiny" / "models" / "variant" / "history.jsonl"
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [r["train/learning_rate"] for r in records if "train/learning_rate" in r] == [3e-4]  # the variant's rate
 
 
 def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refused_first(tmp_path, capsys):
@@ -67,6 +73,9 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
     with pytest.raises(SystemExit):
         main(["--fork-from", "retail-seed0:0", "--storage", str(tmp_path / "art")])
     assert "give MODEL or MODEL:STEP" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--grpo-lr", "0", "--storage", str(tmp_path / "art")])
+    assert "give a learning rate above 0" in capsys.readouterr().err
 
 
 def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tmp_path, tiny_model_path, monkeypatch):
