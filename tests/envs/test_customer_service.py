@@ -222,6 +222,36 @@ async def test_episode_write_without_the_right_arguments_scores_zero(env, fake_c
     assert traj.metadata["stop_reason"] == "user_stop"  # the scripted user gave up after 3 unhelpful turns
 
 
+async def test_the_consented_progress_reward_pays_no_write_credit_for_a_write_made_without_a_yes(fake_chat_server):
+    """train_reward="consented_progress": the same right write scores 1/3 less when the agent made it without the
+    customer's yes than when it asked first; "progress" pays both alike. Evaluation splits keep the task reward."""
+    f = fake_chat_server
+    env = CustomerServiceEnv(RETAIL, seed=0, max_turns=12, train_reward="consented_progress")
+    client = AsyncOpenAI(base_url=f.base_url, api_key="test")
+    scenario = find(env, "train", single("cancel_pending_order"))
+    task = Task.model_validate(scenario.data["task"])
+    asked = oracle_turns(f, task)  # identifies, proposes the cancel with its values, waits for the yes, cancels
+    f.script("asks", asked)
+    # the same turns with the proposal left out; a customer who was not asked may need a few more turns to leave
+    unasked = [t for t in asked if "Shall I proceed?" not in json.dumps(t)] + [f.say("Anything else?")] * 4
+    f.script("acts", unasked)
+    by_yes = {}
+    for name in ("asks", "acts"):
+        traj = await env.rollout(client, name, scenario)
+        assert traj.metrics["task_reward"] == 1.0 and traj.metrics["writes"] == 1  # the database is right either way
+        by_yes[name] = traj
+    assert by_yes["asks"].metrics["writes_without_yes"] == 0 and by_yes["acts"].metrics["writes_without_yes"] == 1
+    assert by_yes["asks"].reward == by_yes["asks"].metrics["consented_progress"] == 1.0
+    assert by_yes["acts"].metrics["progress"] == 1.0  # "progress" cannot tell the two apart
+    assert by_yes["acts"].reward == by_yes["acts"].metrics["consented_progress"] == pytest.approx(2 / 3)
+
+    val = find(env, "val", single("cancel_pending_order"))
+    on_val = [t for t in oracle_turns(f, Task.model_validate(val.data["task"])) if "Shall I" not in json.dumps(t)]
+    f.script("acts-on-val", on_val + [f.say("Anything else?")] * 4)
+    traj = await env.rollout(client, "acts-on-val", val)
+    assert traj.reward == traj.metrics["task_reward"] == 1.0  # evaluation reads the task reward, consent or not
+
+
 async def test_episode_bad_tool_calls_come_back_as_errors(env, fake_chat_server):
     scenario = env.scenarios("test")[0]
     f = fake_chat_server

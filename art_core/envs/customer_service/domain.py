@@ -137,6 +137,7 @@ def progress(
     exact: bool,
     per_argument: bool = False,
     no_harm: bool = False,
+    unasked: bool = False,
 ) -> float:
     """Partial credit in [0, 1] for how far an episode got, a training signal where `reward` is all or nothing
     (a small model's group of rollouts that all score 0 teaches GRPO nothing). A third each for:
@@ -151,11 +152,14 @@ def progress(
 
     With `no_harm`, an episode that changed the database of a task that wants no write (a request the policy
     forbids, or a question only) scores 0 instead of up to 2/3: a forbidden write then earns less than doing
-    nothing, so GRPO cannot buy write credit with refusals.
+    nothing, so GRPO cannot buy write credit with refusals. `unasked`: the episode made a successful write the
+    customer had not agreed to (`Episode.writes_without_yes`); the writes' third is then 0, so a write made
+    without asking earns less than the same write after a yes.
 
     `exact`: whether the final database equals the gold replay's (`reward`'s r_actions). Only an environment's
     train-split rollouts use it, and only when asked (`train_reward="progress"`, `"arguments"` for
-    `per_argument`, `"safe_progress"` for `no_harm`); its evaluation always reads `reward`.
+    `per_argument`, `"safe_progress"` for `no_harm`, `"consented_progress"` for `no_harm` and `unasked`); its
+    evaluation always reads `reward`.
     """
     found = any(not c.error and task.user_id in c.result for c in calls)
     gold = [a for a in task.actions if a.name not in domain.terminal_tools]
@@ -171,6 +175,8 @@ def progress(
         writes = sum(credit) / len(gold) * (1.0 if exact else 0.5)
     else:
         writes = float(exact)
+    if unasked:
+        writes = 0.0
     said = outputs_said(task, said_to_user)
     outputs = sum(said) / len(said) if said else 1.0
     return (found + writes + outputs) / 3

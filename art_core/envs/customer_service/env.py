@@ -61,9 +61,10 @@ class CustomerServiceOptions(BaseModel):
     user_patience: int = Field(default=3, ge=1)  # scripted user: unhelpful turns before it gives up
     # The reward of train-split rollouts: "task" (1 only when the task is done, what evaluation reads),
     # "progress" (partial credit, see `domain.progress`), "arguments" (progress with each write credited per
-    # argument right) or "safe_progress" (progress, but 0 for changing the database of a task that wants no
-    # write). Val and test rollouts always get the task reward.
-    train_reward: Literal["task", "progress", "arguments", "safe_progress"] = "task"
+    # argument right), "safe_progress" (progress, but 0 for changing the database of a task that wants no
+    # write) or "consented_progress" (safe_progress, with no write credit for an episode that wrote without the
+    # customer's yes). Val and test rollouts always get the task reward.
+    train_reward: Literal["task", "progress", "arguments", "safe_progress", "consented_progress"] = "task"
 
 
 class CustomerServiceEnv(Environment):
@@ -171,9 +172,16 @@ class CustomerServiceEnv(Environment):
         scores["progress"] = progress(self.domain, task, calls, episode.said, exact=exact)
         scores["argument_progress"] = progress(self.domain, task, calls, episode.said, exact=exact, per_argument=True)
         scores["safe_progress"] = progress(self.domain, task, calls, episode.said, exact=exact, no_harm=True)
-        shaped = {"progress": "progress", "arguments": "argument_progress", "safe_progress": "safe_progress"}.get(
-            self.options.train_reward
+        unasked = episode.writes_without_yes > 0
+        scores["consented_progress"] = progress(
+            self.domain, task, calls, episode.said, exact=exact, no_harm=True, unasked=unasked
         )
+        shaped = {
+            "progress": "progress",
+            "arguments": "argument_progress",
+            "safe_progress": "safe_progress",
+            "consented_progress": "consented_progress",
+        }.get(self.options.train_reward)
         traj.reward = scores[shaped] if shaped and scenario.split == "train" else scores["task_reward"]
         traj.metrics.update(
             scores,
