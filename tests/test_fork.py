@@ -37,6 +37,20 @@ def _trained(root: str, name: str = "src", steps: int = 4, base_model: str = "/m
     return store
 
 
+def _run_config(root, base_model: str, **fields):
+    """The pipeline's RunConfig of model cs/v2 under `root`, with `fields` (fork_from, sft, ...)."""
+    from art_pipeline.flows.config import RunConfig
+
+    return RunConfig(
+        project="cs",
+        model="v2",
+        base_model=base_model,
+        storage_url=str(root),
+        environment={"name": "word-quiz"},
+        **fields,
+    )
+
+
 def test_a_fork_is_the_source_as_it_stood_at_the_step(tmp_path):
     source = _trained(str(tmp_path))
     target = ModelStore(str(tmp_path), "cs", "fork")
@@ -104,21 +118,13 @@ def test_the_library_door_forks_as_art_does(tmp_path):
 
 
 def test_the_pipeline_refuses_a_fork_it_cannot_make_before_any_work(tmp_path, tiny_model_path):
-    from art_pipeline.flows.config import RunConfig
     from art_pipeline.flows.preflight import PreflightError, preflight
 
     _trained(str(tmp_path), base_model=tiny_model_path)
     _trained(str(tmp_path), name="gemma-src", base_model="/models/gemma-3-270m")
 
     def config(**fork):
-        return RunConfig(
-            project="cs",
-            model="v2",
-            base_model=tiny_model_path,
-            storage_url=str(tmp_path),
-            environment={"name": "word-quiz"},
-            fork_from=fork,
-        )
+        return _run_config(tmp_path, tiny_model_path, fork_from=fork)
 
     with pytest.raises(PreflightError, match=r"fork_from.*cs/nope.*no complete checkpoint"):
         preflight(config(model="nope"))
@@ -151,16 +157,8 @@ def test_a_fork_meant_for_grpo_is_refused_before_sft_starts_again_on_other_demon
         path.write_text(json.dumps({"messages": turns}) + "\n")
 
     def config(demonstrations: str, **sft) -> RunConfig:
-        return RunConfig(
-            project="cs",
-            model="v2",
-            base_model=tiny_model_path,
-            storage_url=str(tmp_path),
-            environment={"name": "word-quiz"},
-            steps=4,
-            sft={"epochs": 2, "demonstrations": demonstrations, **sft},
-            fork_from={"model": "src", "step": 2},
-        )
+        sft = {"epochs": 2, "demonstrations": demonstrations, **sft}
+        return _run_config(tmp_path, tiny_model_path, steps=4, sft=sft, fork_from={"model": "src", "step": 2})
 
     source = _trained(str(tmp_path), base_model=tiny_model_path)
     shutil.rmtree(tmp_path / "cs" / "models" / "src" / "sft")
