@@ -35,12 +35,15 @@ __all__ = [
     "SFTChunk",
     "SFTSpec",
     "TrainSFTConfig",
+    "check_fork_keeps_sft",
     "create_sft_dataset_iterator",
     "learning_rates",
     "parse_sft_lines",
     "read_sft_file",
+    "recorded_stages",
     "sft_and_record",
     "sft_epoch",
+    "sft_key",
     "sft_plan",
     "store_expert_demonstrations",
     "train_sft_from_file",
@@ -241,8 +244,7 @@ def sft_plan(store: "ModelStore", data: str, spec: SFTSpec) -> tuple[str, int]:
     marker = store.path("sft", f"{key}.json")
     if store.storage.exists(marker):
         return key, int(store.storage.read_json(marker)["start_step"])
-    steps = store.checkpoint_steps()
-    start = steps[-1] if steps else 0
+    start = store.latest_step()
     for other in _unfinished_stages(store, data, start):
         # The same file under other settings (a changed --sft-epochs, say) is a new stage on top of the latest
         # checkpoint, not the rest of the old one: say so, since a user who meant to continue loses nothing yet.
@@ -297,7 +299,7 @@ def check_fork_keeps_sft(store: "ModelStore", data: str, spec: SFTSpec, source: 
     stages = recorded_stages(store)
     if not stages:
         return
-    latest = store.checkpoint_steps()[-1] if store.checkpoint_steps() else 0
+    latest = store.latest_step()
     theirs = max(stages, key=lambda stage: stage["start_step"])  # the SFT the forked checkpoint ends with
     changed = [k for k, v in spec.model_dump().items() if theirs["spec"].get(k) != v]
     if theirs.get("data") != data:

@@ -132,8 +132,8 @@ def learning_rate(value: str) -> float:
     try:
         rate = float(value)
     except ValueError:
-        rate = float("nan")
-    if not rate > 0 or rate == float("inf"):
+        rate = 0.0
+    if not 0 < rate < float("inf"):  # nan fails the comparison too
         raise argparse.ArgumentTypeError(f"{value!r}: give a learning rate above 0, e.g. 1e-4")
     return rate
 

@@ -134,8 +134,8 @@ def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] 
             data = build.with_options(refresh_cache=True)(*args)
     if config.fork_from is not None:  # a fork meant to find its SFT done: refused before any epoch otherwise
         fork = config.fork_from
+        at = f"step {fork.step}" if fork.step else "its latest checkpoint"
         try:
-            at = f"step {fork.step}" if fork.step else "its latest checkpoint"
             check_fork_keeps_sft(store, data, stage.spec(), f"{fork.model} (forked at {at})")
         except ValueError as e:
             raise PreflightError("fork_from", str(e)) from None
