@@ -118,9 +118,10 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike | None
     """Dequantize a GGUF file into a float32 transformers folder (config, safetensors, tokenizer, template).
 
     Skipped when the folder exists already (it is written under a temporary name and renamed when
-    complete, so a crash mid-way leaves nothing that looks finished). Needs the `gguf` package.
+    complete, so a crash mid-way leaves nothing that looks finished). Needs the `gguf` package. SmolLM2-135M
+    takes 44 s on 2 cores:
 
-        >>> convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")      # doctest: +SKIP   44 s on 2 cores
+        >>> convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")      # doctest: +SKIP
         PosixPath('/root/.cache/art-pipeline/models/SmolLM2-135M-Instruct.Q4_1-3f0c9a1e52b7')
     """
     gguf_path = Path(gguf_path).resolve()

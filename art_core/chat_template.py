@@ -12,7 +12,10 @@ template at all (Gemma 3 270M's GGUF) gets a whole one in the turn markup its vo
 
     >>> renders_tools(tokenizer)                  # doctest: +SKIP
     False
-    >>> ensure_tool_template("/models/SmolLM2")   # doctest: +SKIP   True: the folder's template was replaced
+    >>> ensure_tool_template("/models/SmolLM2")   # doctest: +SKIP
+    True
+
+True: the folder's template was replaced (False: its own template renders tools already).
 """
 
 from __future__ import annotations

@@ -215,6 +215,7 @@ def pass_k_of(groups: list[TrajectoryGroup], trials: int, success_threshold: flo
 
     A failed attempt (kept as an exception in its group) counts as an attempt that did not succeed.
 
+    >>> from art_core.trajectories import Trajectory
     >>> pass_k_of([TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)])], trials=2)
     {1: 0.5, 2: 0.0}
     """
@@ -297,6 +298,7 @@ def consent_scores(groups: list[TrajectoryGroup], success_threshold: float = 1.0
     tries that made such a write}, over every try of `groups` (a failed try counts, as not right and not unasked).
     Both None where no trajectory counts `writes_without_yes` (environments without a customer who agrees).
 
+    >>> from art_core.trajectories import Trajectory
     >>> ok, unasked = Trajectory(reward=1.0, metrics={UNASKED: 0}), Trajectory(reward=1.0, metrics={UNASKED: 1})
     >>> consent_scores([TrajectoryGroup([ok, unasked])])
     {'pass_1_with_yes': 0.5, 'unasked': 0.5}

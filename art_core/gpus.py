@@ -6,8 +6,9 @@ gets CUDA_VISIBLE_DEVICES=5,6, so its own cuda:0 is our id 1.
 
     >>> cuda_visible_devices([1], {"CUDA_VISIBLE_DEVICES": "4,5,6"})
     '5'
-    >>> check_gpu_ids([0, 3], "inference_gpu_ids", visible=["0", "1"])   # doctest: +SKIP
-    ValueError: inference_gpu_ids=[0, 3] names GPU 3, but this process sees 2 GPU(s) (0-1) ...
+    >>> check_gpu_ids([0, 3], "inference_gpu_ids", visible=["0", "1"])
+    Traceback (most recent call last):
+    ValueError: inference_gpu_ids=[0, 3] names GPU 3, but this process sees 2 GPU(s) (ids 0-1; ...
 """
 
 from __future__ import annotations

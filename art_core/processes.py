@@ -6,11 +6,15 @@ servers it started (vLLM with its engine and worker children, a temporary Prefec
 that holds the read end of a pipe from us. When the pipe closes or we are no longer its parent (we
 died, however), it sends SIGTERM to everything still registered, then SIGKILL after a short grace.
 
-    >>> proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
-    >>> guard(proc.pid, group=True)     # its whole process group ends if we die
-    >>> ...                             # normal work; on a normal stop:
-    >>> proc.terminate(); proc.wait()
-    >>> release(proc.pid)               # nothing left to guard
+    >>> proc = subprocess.Popen(["sleep", "600"], start_new_session=True)        # doctest: +SKIP
+    >>> guard(proc.pid, group=True)     # its whole process group ends if we die   # doctest: +SKIP
+    >>> # normal work; on a normal stop:
+    >>> proc.terminate(); proc.wait()                                              # doctest: +SKIP
+    -15
+    >>> release(proc.pid)               # nothing left to guard                    # doctest: +SKIP
+
+(Not run with the docstring tests: the watchdog it starts would outlive the example; tests/test_processes.py
+runs it.)
 
 The watchdog runs in a session of its own and ignores SIGINT, so Ctrl-C or a signal to our process
 group leaves it to do its work after we are gone (a clean shutdown has stopped everything by then).

@@ -92,8 +92,11 @@ def learning_rates(
 ) -> list[float]:
     """One learning rate per batch: linear warmup to `peak_lr`, then cosine, linear or constant decay.
 
+    The warmup's last batch reaches the peak and the decay then starts from the peak, so the peak is held for
+    one more batch (the first one after the warmup).
+
     >>> [round(x, 3) for x in learning_rates(4, 1.0, "linear", warmup_ratio=0.25)]
-    [1.0, 0.667, 0.333, 0.0]
+    [1.0, 1.0, 0.5, 0.0]
     """
     if schedule_type not in ("cosine", "linear", "constant"):
         raise ValueError(f"schedule_type {schedule_type!r}: use 'cosine', 'linear' or 'constant'")

@@ -13,7 +13,8 @@ by `flows.preflight.preflight(config)`, which every flow calls first.
     >>> RunConfig(project="demo", model="a", base_model="/m", environment={"name": "nope"})
     Traceback (most recent call last):
     pydantic_core._pydantic_core.ValidationError: 1 validation error for RunConfig
-    environment.name ...
+    environment.name
+      Value error, unknown environment 'nope': use one of retail, airline, ... or an importable module path ...
 """
 
 from __future__ import annotations

@@ -81,9 +81,13 @@ def warn_if_config_replaced(parameter: str = "config") -> list[str]:
 
     Returns [] outside a deployment run, or when the run kept every field (the usual "Custom run" form).
 
+    >>> from prefect import flow
+    >>> from art_pipeline.flows.config import RunConfig
     >>> @flow
     ... def train(config: RunConfig):
     ...     warn_if_config_replaced()
+    >>> warn_if_config_replaced()                 # outside a deployment run
+    []
     """
     from prefect.client.orchestration import get_client
     from prefect.context import FlowRunContext
@@ -121,7 +125,7 @@ def run_with_overrides(
     `timeout=0` returns as soon as the run is scheduled; None waits for it to finish. Other keyword
     arguments go to prefect.deployments.run_deployment (flow_run_name, tags, ...).
 
-    >>> run_with_overrides("train/train", {"steps": 5})
+    >>> run_with_overrides("train/train", {"steps": 5})      # a Prefect server with the deployment  # doctest: +SKIP
     FlowRun(...)
     """
     from prefect.client.orchestration import get_client

@@ -1,8 +1,9 @@
 """2048 as an environment: the model sees the board as text and answers with a move, until the game ends.
 
     >>> env = load_environment(target=128, constrain_moves=True)
-    >>> trajectory = await env.rollout(client, "my-model@3", env.scenarios("train")[0], temperature=1.0)
-    >>> trajectory.reward, trajectory.metrics["max_tile"]
+    >>> trajectory = await env.rollout(client, "my-model@3", env.scenarios("train")[0],   # doctest: +SKIP
+    ...                                temperature=1.0)
+    >>> trajectory.reward, trajectory.metrics["max_tile"]                               # doctest: +SKIP
 
 Rules (the usual ones): tiles slide as far as they go; two equal tiles that meet merge once per move
 into their sum, which is added to the score; after every move that changes the board a new tile

@@ -1,8 +1,9 @@
 """Tic-tac-toe as an environment: the model plays X against a fixed, deterministic opponent playing O.
 
     >>> env = load_environment(constrain_moves=True)
-    >>> trajectory = await env.rollout(client, "my-model@3", env.scenarios("train")[0], temperature=1.0)
-    >>> trajectory.reward, trajectory.metadata["outcome"]
+    >>> trajectory = await env.rollout(client, "my-model@3", env.scenarios("train")[0],   # doctest: +SKIP
+    ...                                temperature=1.0)
+    >>> trajectory.reward, trajectory.metadata["outcome"]                               # doctest: +SKIP
 
 Cells are named by column and row, A1 (top left) to C3 (bottom right). A scenario is an opening: 0 to
 3 moves already played (X first, alternating, nobody has won yet); then whoever is next plays,

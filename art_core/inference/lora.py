@@ -5,9 +5,10 @@ both). Loading is a POST to /v1/load_lora_adapter and takes about 10 ms on the t
 is the one loader: `AdapterManager` (LocalBackend's, with memory) and art_core.adapters.load_checkpoint
 (the pipeline's, one step at a time) both load through it, so a refusal reads the same from either door.
 
-    >>> adapters = AdapterManager(server.root_url, server.headers(), keep_steps=3)
-    >>> await adapters.load_step("agent", 1, "/art/demo/models/agent/checkpoints/0001")
-    >>> adapters.served()                   # ['agent@1', 'agent']
+    >>> adapters = AdapterManager(server.root_url, server.headers(), keep_steps=3)        # doctest: +SKIP
+    >>> await adapters.load_step("agent", 1, "/art/demo/models/agent/checkpoints/0001")  # doctest: +SKIP
+    >>> adapters.served()                                                                # doctest: +SKIP
+    ['agent@1', 'agent']
 
 Step 0 is the base model. So that `name@0` and `name` can be asked for before any training (and so
 every step is served the same way), step 0 is served as a zero adapter (`write_zero_adapter`): its
@@ -47,7 +48,7 @@ def write_zero_adapter(
 ) -> str:
     """Write a peft LoRA adapter whose B matrices are zero (it changes nothing) for the local `base_model`.
 
-    >>> write_zero_adapter("/models/tiny", "/tmp/tiny-step0")
+    >>> write_zero_adapter("/models/tiny", "/tmp/tiny-step0")   # doctest: +SKIP
     '/tmp/tiny-step0'
     """
     import numpy as np

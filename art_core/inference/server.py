@@ -6,9 +6,10 @@ binds 127.0.0.1 and requires an API key unless told otherwise, has LoRA and runt
 on, parses hermes/Qwen tool calls, and returns sampled tokens as `token_id:N` with their logprobs.
 
     >>> server = VLLMServer(ServerConfig(model="/models/tiny", served_model_name="tiny"))
-    >>> server.start()                      # waits for /health; raises with the log's tail on failure
-    >>> server.base_url                     # 'http://127.0.0.1:41234/v1'
-    >>> server.stop()                       # SIGTERM to its process group, SIGKILL after a grace period
+    >>> server.start()      # waits for /health; raises with the log's tail on failure    # doctest: +SKIP
+    >>> server.base_url                                                                   # doctest: +SKIP
+    'http://127.0.0.1:41234/v1'
+    >>> server.stop()       # SIGTERM to its process group, SIGKILL after a grace period  # doctest: +SKIP
 
 On a CUDA machine `server.sleep()` / `server.wake_up()` free the GPU for the trainer (vLLM's sleep
 mode); on CPU they do nothing.

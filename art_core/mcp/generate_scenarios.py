@@ -120,9 +120,10 @@ async def generate_scenarios(
 ) -> GeneratedScenarioCollection:
     """Ask `generator_model` (any litellm model) for `num_scenarios` tasks over these tools and resources.
 
-    >>> s = await generate_scenarios([{"name": "add", "description": "Adds", "parameters": {}}], num_scenarios=4,
-    ...                              generator_model="hosted_vllm/gen", generator_base_url="http://127.0.0.1:8000/v1")
-    >>> len(s), s.usage.calls
+    >>> tools = [{"name": "add", "description": "Adds", "parameters": {}}]
+    >>> s = await generate_scenarios(tools, num_scenarios=4, generator_model="hosted_vllm/gen",   # doctest: +SKIP
+    ...                              generator_base_url="http://127.0.0.1:8000/v1")
+    >>> len(s), s.usage.calls                                                                     # doctest: +SKIP
     (4, 1)
     """
     tool_dicts = [t.to_dict() if isinstance(t, MCPTool) else MCPTool.from_dict(t).to_dict() for t in tools]

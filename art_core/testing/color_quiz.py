@@ -3,7 +3,8 @@
     >>> env = load_environment()                       # or environment={"name": "art_core.testing.color_quiz"}
     >>> env.scenarios("val")[0].data
     {'options': ['onion', 'red', 'pasta', 'paper'], 'answer': 'red'}
-    >>> trajectory = await env.rollout(client, "agent-001@3", env.scenarios("val")[0], temperature=1.0)
+    >>> trajectory = await env.rollout(client, "agent-001@3", env.scenarios("val")[0],   # doctest: +SKIP
+    ...                                temperature=1.0)
 
 Each scenario asks "Which of these words is a color?" with one color among three other words, in a
 random order; vLLM's structured outputs (`choice`) hold the answer to one of the four words, so the

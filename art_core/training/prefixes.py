@@ -21,8 +21,8 @@ each repeating the prefix (first-fit decreasing on the suffixes). A sequence lef
 prefix: the plain packing of before.
 
     >>> trees = build_trees([[1, 2, 3, 4, 9], [1, 2, 3, 4, 8, 7], [5, 6]], [0, 0, 1], capacity=64, min_shared=2)
-    >>> [(t.prefix, t.members) for t in trees]
-    [(4, [0, 1]), (0, [2])]
+    >>> [(t.prefix, t.members) for t in trees]          # members in their tokens' sorted order
+    [(4, [1, 0]), (0, [2])]
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ MIN_SHARED_TOKENS = 16  # below this a shared prefix saves less than its extra a
 
 @dataclass
 class Tree:
-    """A packing unit: `prefix` tokens shared by `members` (indices of sequences), then each member's rest.
+    """A packing unit: `prefix` tokens shared by `members` (indices of sequences, in the sorted order of their
+    tokens), then each member's rest.
 
     `prefix` 0 is a plain sequence (one member)."""
 

@@ -72,7 +72,12 @@ class TokenizedTrajectory:
 def sampled_tokens(choice: Choice, group_index: int = 0, trajectory_index: int = 0) -> tuple[list[int], list[float]]:
     """The token ids and logprobs a Choice was sampled with.
 
-    >>> ids, lps = sampled_tokens(choice)        # doctest: +SKIP   token "token_id:17" -> 17
+    >>> from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+    >>> from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob as Token
+    >>> choice = Choice(index=0, finish_reason="stop", message={"role": "assistant", "content": "hi"},
+    ...                 logprobs=ChoiceLogprobs(content=[Token(token="token_id:17", logprob=-0.25, top_logprobs=[])]))
+    >>> sampled_tokens(choice)                   # the token "token_id:17" is id 17
+    ([17], [-0.25])
     """
     fix = (
         "Request completions with logprobs=True and extra_body={'return_tokens_as_token_ids': True} "

@@ -1,9 +1,11 @@
 """A customer-service episode on any tau-style `Domain`: agent <-> tools <-> simulated customer, then a reward.
 
+    >>> from art_core.envs.retail import RETAIL
     >>> env = CustomerServiceEnv(RETAIL, seed=0, user="scripted", max_turns=30)
     >>> scenario = env.scenarios("train")[0]
-    >>> trajectory = await env.rollout(client, "my-model@3", scenario, temperature=1.0, max_tokens=256)
-    >>> trajectory.reward, trajectory.metrics["r_actions"], trajectory.metadata["task_id"]
+    >>> trajectory = await env.rollout(client, "my-model@3", scenario,       # doctest: +SKIP
+    ...                                temperature=1.0, max_tokens=256)
+    >>> trajectory.reward, trajectory.metrics["r_actions"], trajectory.metadata["task_id"]   # doctest: +SKIP
 
 One episode (played by `art_core.envs.tool_use.episode.run_episode`): the system prompt is the domain's policy;
 the customer speaks first; then each turn the agent model is called with the tools. Its tool calls run against

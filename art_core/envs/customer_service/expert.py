@@ -3,10 +3,11 @@ expert policy (code, not an LLM; `art_core.envs.retail.expert`, `art_core.envs.a
 environment's own rollout, its tools and its scripted customer, kept only where the environment scores it 1.0.
 
     python -m art_core.envs.customer_service.expert --domain retail --out demos.jsonl [--never-acts]
-    >>> demos = build_demonstrations("retail", split="train")
-    >>> len(demos.rows), demos.skip_counts()            # demonstrated, and why the others were skipped
-    >>> demos.write_jsonl("demos.jsonl")                # {"messages", "tools", "task_id", "category"} a line
-    >>> await backend.train_sft(model, read_sft_file("demos.jsonl"), config)
+    >>> demos = build_demonstrations("retail", split="train", limit=30)   # all 600: 519 kept, in 25 s
+    >>> len(demos.rows), demos.skip_counts()     # demonstrated, and why the others were skipped
+    (27, {'two requests': 3})
+    >>> demos.write_jsonl("demos.jsonl")         # {"messages", "tools", "task_id", "category"} a line  # doctest: +SKIP
+    >>> await backend.train_sft(model, read_sft_file("demos.jsonl"), config)   # doctest: +SKIP
 
 Each line is one conversation in OpenAI chat format with the domain's tools, the format `art_core.sft` reads; the
 customer's closing message (the one that ends the episode) is left off, so the last message is the agent's.

@@ -3,6 +3,8 @@
 Both speak first with `await user.opening()`, answer each agent message with `await user.reply(text)`,
 and end the conversation by putting `STOP` ("###STOP###") in a reply.
 
+    >>> task = Task(id="t1", user_id="ava", request="Please cancel order #W1.", instruction="You are Ava; cancel #W1.",
+    ...             known_info={"email": "ava@example.com"})
     >>> user = ScriptedUser(task)                        # for tests: no model, same replies every time
     >>> user = LLMUser(task, LLMUserSettings(model="openai/gpt-4o-mini"))   # any litellm model
 
@@ -131,6 +133,8 @@ def action_verb(tool_name: str) -> str:
 class ScriptedUser:
     """A deterministic customer for tests; see the module docstring for its rules.
 
+    >>> task = Task(id="t1", user_id="ava", request="Please cancel order #W1.", instruction="You are Ava; cancel #W1.",
+    ...             known_info={"email": "ava@example.com"})
     >>> user = ScriptedUser(task)
     >>> user.respond("Could you tell me your email?")
     'My email is ava@example.com.'

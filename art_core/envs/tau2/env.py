@@ -1,10 +1,11 @@
 """The tau2-bench environments: tau2's own tasks, database, policy and tools, scored by tau2's reward.
 
+    >>> from art_core.envs import load_environment
     >>> env = load_environment("tau2-retail", user={"model": "openai/gpt-4.1-2025-04-14"},
     ...                        judge={"model": "openai/gpt-4.1-2025-04-14"})
     >>> scenario = env.scenarios("test")[0]                     # tau2's test split (40 retail tasks)
-    >>> traj = await env.rollout(client, "agent@3", scenario, **env.protocol.sampling())
-    >>> traj.reward, traj.metrics["r_db"], traj.metadata["stop_reason"]
+    >>> traj = await env.rollout(client, "agent@3", scenario, **env.protocol.sampling())   # doctest: +SKIP
+    >>> traj.reward, traj.metrics["r_db"], traj.metadata["stop_reason"]                    # doctest: +SKIP
 
 One episode, as tau2 plays it: the system prompt wraps tau2's policy.md in instructions; the agent's first
 turn is tau2's fixed greeting (context, not trained on); the LLM customer (`user.Tau2User`) answers from the

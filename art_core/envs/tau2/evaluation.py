@@ -7,8 +7,8 @@ first among them).
         --model my-agent@12 --trials 4 --out tau2-retail.md
     python -m art_core.envs.tau2.evaluation --domain retail --storage ./.art --project demo-agent \\
         --model retail-seed0 --step 2 --baseline base --skip-judged     # serves the checkpoint itself, base beside
-    >>> text, report, floor = await evaluate_tau2("retail", endpoint, "my-agent@12", trials=4)
-    >>> report.headline, floor.headline          # write pass^1 of the model, and of never-acts (0.0)
+    >>> text, report, floor = await evaluate_tau2("retail", endpoint, "my-agent@12", trials=4)   # doctest: +SKIP
+    >>> report.headline, floor.headline          # write pass^1 of the model, and of never-acts (0.0)  # doctest: +SKIP
 
 Retail tasks whose reward needs tau2's NL-assertion judge call an LLM judge (ART_JUDGE_MODEL, or `judge=`);
 `skip_judged=True` leaves those tasks out instead, and the report says how many.

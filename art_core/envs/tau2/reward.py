@@ -9,7 +9,12 @@
   one entry per assertion, checked, retried, cached under the storage root, costed. A failed judge call raises
   `JudgeError`; it never becomes a score.
 
-    >>> gold = gold_replay(tools, db, task["evaluation_criteria"]["actions"])
+    >>> from art_core.envs.tau2.data import load_tau2_data
+    >>> from art_core.envs.tau2.retail import TOOLS
+    >>> data = load_tau2_data("retail")
+    >>> gold = gold_replay(TOOLS, data.db, data.tasks["64"]["evaluation_criteria"]["actions"])
+    >>> gold.failed                               # skipped, as tau2 skips it
+    [('exchange_delivered_order_items', 'Error: Non-delivered order cannot be exchanged')]
     >>> communicate(["1234"], ["Your total is $1,234."])
     (1.0, [{'info': '1234', 'met': True}])
 """

@@ -1,8 +1,9 @@
 """The one tool-using episode loop: the agent model calls tools and talks to a customer until a stop rule fires.
 
     >>> rules = Rules(stop_signals=("###STOP###",), max_turns=30)
-    >>> episode = await run_episode(client, "agent@3", traj, sampling, extra_body, call_tool=call, customer=user.reply, rules=rules)
-    >>> episode.stop_reason, episode.turns, episode.tool_errors
+    >>> episode = await run_episode(client, "agent@3", traj, sampling, extra_body,   # doctest: +SKIP
+    ...                             call_tool=call, customer=user.reply, rules=rules)
+    >>> episode.stop_reason, episode.turns, episode.tool_errors                     # doctest: +SKIP
 
 `traj` arrives holding the opening messages (system prompt, and the customer's first message or the task) and
 the tools; the loop appends to it. Each turn the agent model is called once with the tools, and the returned
