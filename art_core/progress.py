@@ -4,7 +4,10 @@ On a terminal (or in a notebook) it is a tqdm bar redrawn in place. Anywhere els
 pipe, CI, a Prefect worker's log) a bar redrawn in place is a flood of carriage returns, so it prints one
 plain line every ART_PROGRESS_EVERY_S seconds (default 30) and a last one when it closes:
 
-    gather: 24/32 trajectory (75%) after 31s, groups=5/8, exceptions=0, reward=0.41
+    gather: 24/32 trajectory (75%) after 31s, about 10s left, groups=5/8, exceptions=0, reward=0.41
+
+The time left is the rate so far (counted from the bar's start, so a resumed bar's `initial` is left out) times
+what remains: a log of an hour-long SFT epoch says when it will end, as tqdm's bar does on a terminal.
 
     bar = progress_bar(total=32, desc="gather", unit="trajectory")
     bar.set_postfix({"groups": "5/8"}, refresh=False)
@@ -53,6 +56,19 @@ def every_s() -> float:
         return DEFAULT_EVERY_S
 
 
+def duration(seconds: float) -> str:
+    """A time span as a log line says it: seconds under a minute and a half, minutes under an hour and a half.
+
+    >>> duration(42), duration(180), duration(2.4 * 3600)
+    ('42s', '3 min', '2.4 h')
+    """
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class LineProgress:
     """The part of tqdm's interface our loops use (update, set_postfix, refresh, close), printing whole lines:
     at most one every `every` seconds while counting, and one when closed."""
@@ -67,7 +83,7 @@ class LineProgress:
         file: TextIO | None = None,
         every: float | None = None,
     ) -> None:
-        self.total, self.desc, self.unit, self.n = total, desc, unit, initial
+        self.total, self.desc, self.unit, self.n, self.initial = total, desc, unit, initial, initial
         self.file = file if file is not None else sys.stderr
         self.every = every_s() if every is None else every
         self.postfix: dict[str, Any] = {}
@@ -97,6 +113,9 @@ class LineProgress:
         share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         elapsed = time.monotonic() - self.started
         parts = [f"{self.desc}: {self.n}/{self.total} {self.unit}{share} after {elapsed:.0f}s"]
+        done = self.n - self.initial
+        if 0 < done and self.n < self.total:
+            parts.append(f"about {duration(elapsed / done * (self.total - self.n))} left")
         parts += [f"{k}={v}" for k, v in self.postfix.items()]
         return ", ".join(parts)
 

@@ -63,3 +63,26 @@ def test_a_terminal_still_gets_tqdms_bar():
     assert isinstance(bar, tqdm)
     bar.close()
     assert isinstance(progress_bar(3, "gather", file=io.StringIO()), LineProgress)
+
+
+def test_a_line_says_how_long_is_left_at_the_rate_so_far(monkeypatch):
+    import art_core.progress as progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    bar = LineProgress(128, "SFT m step 1", "conversation", file=out, every=3600)
+    bar.update(4)
+    now[0] += 160  # 40 s a conversation: 124 more take 83 minutes
+    bar.refresh()
+    assert out.getvalue().splitlines()[-1] == "SFT m step 1: 4/128 conversation (3%) after 160s, about 83 min left"
+
+    resumed = LineProgress(100, "gather", "trajectory", initial=50, file=out, every=3600)
+    resumed.update(10)
+    now[0] += 20  # the 50 counted before the start are not part of the rate: 40 more at 2 s each
+    resumed.refresh()
+    assert out.getvalue().splitlines()[-1].endswith("after 20s, about 80s left")
+
+    resumed.update(40)
+    resumed.close()  # done: nothing is left to estimate
+    assert out.getvalue().splitlines()[-1] == "gather: 100/100 trajectory (100%) after 20s"
