@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
-from art_core.envs.customer_service.domain import Action, Task
+from art_core.envs.customer_service.domain import Followup, Action, Task
 from art_core.envs.customer_service.env import CustomerServiceEnv
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, action_verb
 from art_core.envs.retail import RETAIL
@@ -94,6 +94,52 @@ def test_scripted_user_on_refusal_and_output_tasks_and_patience():
     assert user.respond("I like turtles.").endswith(STOP)
 
 
+def test_scripted_user_with_two_requests_asks_the_second_once_the_first_is_dealt_with():
+    """The opening says a second request will follow; it comes once the first's write is confirmed (or, where the
+    first must be refused, once the agent declines it), with its own facts; the chat ends after both."""
+    first = cancel_task()
+    returned = Action(
+        name="return_delivered_order_items",
+        kwargs={"order_id": "#W7654321", "item_ids": ["1111"], "payment_method_id": "gift_card_1"},
+    )
+    two = first.model_copy(
+        update={
+            "request": "Hi! I'd like to cancel an order. And I have a second thing to sort out after that.",
+            "actions": [*first.actions, returned],
+            "outputs": ["54.20"],
+            "followups": [
+                Followup(
+                    request="I'd like to return some things I received.",
+                    known_info={"order_id": "#W7654321", "payment_method": "my gift card (gift_card_1)"},
+                    actions=1,
+                    outputs=["54.20"],
+                )
+            ],
+        }
+    )
+    user = ScriptedUser(two)
+    assert user.respond("Which order id?") == "The order id is #W1234567."
+    assert user.respond("What else can I do?").startswith("I'm not sure")  # not before the first is dealt with
+    assert user.respond("Cancel order #W1234567, reason: no longer needed. Shall I proceed?") == "Yes, please go ahead."
+    assert (
+        user.respond("Done: it is cancelled.")
+        == "Thank you. The other thing: I'd like to return some things I received."
+    )
+    assert user.respond("Which order id? Which payment method for the refund?") == (
+        "The order id is #W7654321. Please use my gift card (gift_card_1)."
+    )
+    assert user.respond("What is your email?") == "My email is ava@example.com."  # who they are stays known
+    assert user.respond("Return item 1111 of order #W7654321 to gift_card_1. Shall I proceed?").startswith("Yes")
+    assert STOP not in user.respond("Done.")  # the second request's output is not said yet
+    assert user.respond("Your refund is 54.20.").endswith(STOP)
+
+    refused_first = two.model_copy(update={"actions": [returned]})  # the cancel must be declined
+    user = ScriptedUser(refused_first)
+    assert user.respond("Shall I cancel order #W1234567 (reason: no longer needed)?").startswith("No")
+    assert user.respond("I'm sorry, a delivered order cannot be cancelled.").startswith("Thank you. The other thing")
+    assert user.confirmed == set()
+
+
 def test_action_verbs_tell_writes_apart():
     names = [
         "cancel_pending_order",
@@ -156,7 +202,8 @@ async def test_episode_solves_a_cancel_task_and_keeps_choices(env, fake_chat_ser
 
 
 def oracle_turns(f, task: Task) -> list[dict]:
-    """A perfect agent's turns for `task`: identify, propose each gold write with all its values, run it, report."""
+    """A perfect agent's turns for `task`: identify, then per request (the opening's, then each followup) propose
+    each gold write with all its values, run it, and report (or decline a request without writes or outputs)."""
     k = task.known_info
     lookup = (
         ("find_user_id_by_email", {"email": k["email"]})
@@ -167,22 +214,29 @@ def oracle_turns(f, task: Task) -> list[dict]:
         )
     )
     turns = [f.say("Hello! Could you give me your email, or your name and zip code?"), f.tool_call(*lookup)]
-    for a in task.actions:
-        values = (
-            " ".join(str(v) for v in a.kwargs.values() if not isinstance(v, list))
-            + " "
-            + " ".join(x for v in a.kwargs.values() if isinstance(v, list) for x in v)
+    later_actions = sum(u.actions for u in task.followups)
+    later_outputs = sum(len(u.outputs) for u in task.followups)
+    requests = [(task.actions[: len(task.actions) - later_actions], task.outputs[: len(task.outputs) - later_outputs])]
+    start, out = len(requests[0][0]), len(requests[0][1])
+    for u in task.followups:
+        requests.append((task.actions[start : start + u.actions], task.outputs[out : out + len(u.outputs)]))
+        start, out = start + u.actions, out + len(u.outputs)
+    for actions, outputs in requests:
+        for a in actions:
+            values = (
+                " ".join(str(v) for v in a.kwargs.values() if not isinstance(v, list))
+                + " "
+                + " ".join(x for v in a.kwargs.values() if isinstance(v, list) for x in v)
+            )
+            turns += [
+                f.say(f"To confirm, I will {a.name.replace('_', ' ')}: {values}. Shall I proceed?"),
+                f.tool_call(a.name, a.kwargs),
+            ]
+        closing = (
+            "All done. " + " ".join(outputs) if actions or outputs else "Sorry, I cannot do that under our policy."
         )
-        turns += [
-            f.say(f"To confirm, I will {a.name.replace('_', ' ')}: {values}. Shall I proceed?"),
-            f.tool_call(a.name, a.kwargs),
-        ]
-    closing = (
-        "All done. " + " ".join(task.outputs)
-        if task.actions or task.outputs
-        else "Sorry, I cannot do that under our policy."
-    )
-    return turns + [f.say(closing)]
+        turns.append(f.say(closing))
+    return turns
 
 
 async def test_a_perfect_agent_scores_one_on_every_kind_of_task(env, fake_chat_server):
@@ -190,8 +244,8 @@ async def test_a_perfect_agent_scores_one_on_every_kind_of_task(env, fake_chat_s
     kinds: dict[tuple, Task] = {}
     for scenario in env.scenarios("val"):
         task = Task.model_validate(scenario.data["task"])
-        kinds.setdefault((tuple(a.name for a in task.actions), bool(task.outputs)), scenario)
-    assert len(kinds) >= 10
+        kinds.setdefault((tuple(a.name for a in task.actions), bool(task.outputs), len(task.followups)), scenario)
+    assert len(kinds) >= 10 and any(kind[2] for kind in kinds)  # customers with two requests among them
     client = AsyncOpenAI(base_url=f.base_url, api_key="test")
     for i, scenario in enumerate(kinds.values()):
         task = Task.model_validate(scenario.data["task"])

@@ -28,8 +28,22 @@ class Action(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
+class Followup(BaseModel):
+    """A later request of a task with several: what the customer asks once the earlier ones are dealt with, the
+    facts they give for it, and how many of the task's gold writes and which outputs are its own (the last ones)."""
+
+    request: str
+    known_info: dict[str, str] = Field(default_factory=dict)  # this request's facts, over the task's own
+    actions: int = 0  # the next `actions` of Task.actions belong to this request
+    outputs: list[str] = Field(default_factory=list)
+
+
 class Task(BaseModel):
-    """One customer's conversation to have: who they are, what they want, and what must happen."""
+    """One customer's conversation to have: who they are, what they want, and what must happen.
+
+    A customer with two requests opens with the first (saying a second will follow) and asks the second, a
+    `Followup`, once the first is dealt with; `actions` and `outputs` hold both requests', in order, and the
+    first request's `known_info` is the task's own."""
 
     id: str
     user_id: str
@@ -38,6 +52,7 @@ class Task(BaseModel):
     known_info: dict[str, str] = Field(default_factory=dict)  # facts the customer can reveal when asked
     actions: list[Action] = Field(default_factory=list)  # gold writes; [] where the policy says refuse
     outputs: list[str] = Field(default_factory=list)  # what the agent must say to the user
+    followups: list[Followup] = Field(default_factory=list)  # the customer's later requests, in order
 
 
 @dataclass

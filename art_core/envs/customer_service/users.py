@@ -12,7 +12,9 @@ The scripted user reveals a fact of `task.known_info` when the agent's message m
 words in `CUES`, else the key's own words, e.g. "reservation id"), says "yes" to a confirmation only
 when the proposal names every value of a not-yet-confirmed gold action together with that action's
 verb, declines any other proposal, and stops once every gold action is confirmed and every required
-output has been said (or, on a task with neither, once the agent refuses).
+output has been said (or, on a task with neither, once the agent refuses). A customer with a second request
+(`task.followups`) asks it once the first is dealt with by the same rule (its writes confirmed and outputs said,
+or, where it has neither, the agent refused), and from then on gives that request's facts.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ class ScriptedUser:
         self.heard: list[str] = []
         self.idle = 0
         self.done = False
+        self.part = 0  # the request being dealt with: 0 the opening's, i the i-th of task.followups
 
     async def opening(self) -> str:
         return self.task.request
@@ -168,18 +171,20 @@ class ScriptedUser:
             if matched:
                 self.confirmed.update(matched)
                 return "Yes, please go ahead."
-        facts = [k for k in self.task.known_info if self._asks_for(k, text)]
-        if self._finished(text, asked=bool(facts)):
-            self.done = True
-            return f"Thank you, that's all I needed. {STOP}"
+        known = self._known()
+        facts = [k for k in known if self._asks_for(k, text)]
+        if self._part_done(text, asked=bool(facts)):
+            if self.part == len(self.task.followups):
+                self.done = True
+                return f"Thank you, that's all I needed. {STOP}"
+            self.part += 1
+            return f"Thank you. The other thing: {self._request()}"
         # "please confirm which items to return" asks for a fact; "please confirm: return item 1234 ..." proposes a write
         names_a_write = any(v in text for v in self._verbs()) and any(ch.isdigit() for ch in text)
         if proposal and (names_a_write or not facts):
             return self._unhelpful("No, that is not what I want. ")
         if facts:
-            return " ".join(
-                PHRASES.get(k, "My " + k.replace("_", " ") + " is {}.").format(self.task.known_info[k]) for k in facts
-            )
+            return " ".join(PHRASES.get(k, "My " + k.replace("_", " ") + " is {}.").format(known[k]) for k in facts)
         return self._unhelpful("I'm not sure what you need from me. ")
 
     def _verbs(self) -> set[str]:
@@ -194,20 +199,39 @@ class ScriptedUser:
         # the customer's own user id is implied by the conversation; everything else must be named
         return all(any(s in text for s in spellings) for spellings in action_values(action, skip={self.task.user_id}))
 
-    def _finished(self, text: str, asked: bool) -> bool:
-        said = " ".join(self.heard)
-        if not self.task.actions and not self.task.outputs:
-            # a refusal task ends when the agent declines ("I can't find that email, what's your zip?" does not count)
+    def _known(self) -> dict[str, str]:
+        """The facts the customer gives now: the task's, with the current request's over them."""
+        if self.part == 0:
+            return self.task.known_info
+        return {**self.task.known_info, **self.task.followups[self.part - 1].known_info}
+
+    def _request(self) -> str:
+        return self.task.request if self.part == 0 else self.task.followups[self.part - 1].request
+
+    def _part_done(self, text: str, asked: bool) -> bool:
+        """Whether the current request is dealt with: its gold actions confirmed and its outputs said, or, for a
+        request with neither, the agent declining it in `text`."""
+        later = self.task.followups[self.part :]
+        if self.part == 0:
+            start = 0
+            count = len(self.task.actions) - sum(f.actions for f in later)
+            outputs = self.task.outputs[: len(self.task.outputs) - sum(len(f.outputs) for f in later)]
+        else:
+            current = self.task.followups[self.part - 1]
+            start = len(self.task.actions) - sum(f.actions for f in later) - current.actions
+            count, outputs = current.actions, current.outputs
+        if not count and not outputs:
+            # a refusal ends when the agent declines ("I can't find that email, what's your zip?" does not count)
             return not asked and any(c in text for c in REFUSAL_CUES)
-        outputs_said = all(normalize(o) in said for o in self.task.outputs)
-        return outputs_said and len(self.confirmed) == len(self.task.actions)
+        said = " ".join(self.heard)
+        return all(normalize(o) in said for o in outputs) and self.confirmed.issuperset(range(start, start + count))
 
     def _unhelpful(self, prefix: str) -> str:
         self.idle += 1
         if self.idle >= self.patience:
             self.done = True
             return f"This isn't going anywhere, goodbye. {STOP}"
-        return prefix + self.task.request.removeprefix("Hi! ")
+        return prefix + self._request().removeprefix("Hi! ")
 
 
 USER_PROMPT = """You play a customer writing to a company's customer service agent in a chat. You are not an \

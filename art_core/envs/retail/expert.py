@@ -9,16 +9,17 @@ refund total, a balance, a status). It never writes an id it has not read in a c
     from art_core.envs.customer_service.policies import PolicyClient
     trajectory = await load_environment().rollout(PolicyClient(play), "expert", scenario)
 
-A customer with two requests says only "I have a second thing to sort out after that", and the scripted customer
-never says what it is, so the expert declines to demonstrate those (`CannotDemonstrate`).
+A customer with two requests opens with the first and says a second will follow; the scripted customer asks it
+once the first is dealt with ("Thank you. The other thing: ..."), and the expert reads the account again (the
+first request may have changed it) and handles the second the same way.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Generator
 
-from art_core.envs.customer_service.policies import CannotDemonstrate, Play, ask, call
+from art_core.envs.customer_service.policies import Call, CannotDemonstrate, Play, Say, ask, call
 from art_core.envs.retail.db import CANCEL_REASONS
 
 CONFIRM = "Shall I go ahead? (yes/no)"
@@ -72,8 +73,6 @@ def _address_words(a: dict[str, str]) -> str:
 
 def play(opening: str) -> Play:
     """The expert's side of one retail conversation (see the module docstring)."""
-    if "second thing" in opening:
-        raise CannotDemonstrate("two requests: the scripted customer never says what the second one is")
     reply = yield from ask(
         "I'd be glad to help. First I need to find your account: could you tell me your email, or your first "
         "name, last name and zip code?"
@@ -86,6 +85,28 @@ def play(opening: str) -> Play:
         zip_ = _find(r"My zip code is (\d+)\.", reply, "a zip code")
         user_id = yield from call("find_user_id_by_name_zip", first_name=first, last_name=last, zip=zip_)
     user = yield from call("get_user_details", user_id=user_id)
+    reply = yield from _last_reply(_handle(user, opening))
+    if "second thing" in opening:
+        request = _find(r"The other thing: (.+)$", reply, "their second request")
+        user = yield from call("get_user_details", user_id=user_id)
+        yield from _handle(user, request)
+
+
+def _last_reply(play: Play) -> Generator[Say | Call, str, str]:
+    """Run `play`; return the customer's reply to its last message."""
+    reply, sent = "", None
+    try:
+        while True:
+            turn = play.send(sent)  # type: ignore[arg-type]  # the first send(None) starts it
+            sent = yield turn
+            if isinstance(turn, Say):
+                reply = sent
+    except StopIteration:
+        return reply
+
+
+def _handle(user: dict[str, Any], opening: str) -> Play:
+    """One request, by the procedure its words call for."""
     request = opening.lower()
     if "gift card" in request:
         yield from _balance(user)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from art_core.envs.retail import tools as T
 from art_core.envs.retail.db import CANCEL_REASONS, _address
-from art_core.envs.customer_service.domain import Action, Task
+from art_core.envs.customer_service.domain import Action, Followup, Task
 
 Database = dict[str, Any]
 BAD_REASONS = (
@@ -410,14 +410,15 @@ def _scratch(db: Database, user: dict[str, Any]) -> Database:
 
 def _render(rng: random.Random, user: dict[str, Any], parts: list[Part], index: int) -> Task:
     first, last = user["name"]["first_name"], user["name"]["last_name"]
-    known = {"name": f"{first} {last}", "zip": user["address"]["zip"]}
+    identity = {"name": f"{first} {last}", "zip": user["address"]["zip"]}
     has_email = rng.random() < 0.7
     if has_email:
-        known["email"] = user["email"]
+        identity["email"] = user["email"]
+    known = dict(identity)  # every request's facts at once: what the LLM user's instruction lists
     for p in parts:
         for k, v in p.known.items():
             known[k] = f"{known[k]}; and for my other request, {v}" if k in known else v
-    identity = (
+    who = (
         f"If asked who you are, your email is {user['email']}."
         if has_email
         else f"You do not remember your email address; your zip code is {known['zip']}."
@@ -427,7 +428,7 @@ def _render(rng: random.Random, user: dict[str, Any], parts: list[Part], index: 
     )
     goals = "; then ".join(p.goal for p in parts)
     instruction = (
-        f"You are {first} {last}, a customer of an online store, chatting with its support agent. {identity} "
+        f"You are {first} {last}, a customer of an online store, chatting with its support agent. {who} "
         f"What you want: {goals}. Details you can give when asked: "
         + "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in known.items())
         + ". Agree to a proposed change only if it is exactly what you want."
@@ -437,9 +438,14 @@ def _render(rng: random.Random, user: dict[str, Any], parts: list[Part], index: 
         user_id=user["user_id"],
         request=f"Hi! {request}",
         instruction=instruction,
-        known_info=known,
+        # the scripted customer gives one request's facts at a time: the first's here, a later one's with it
+        known_info={**identity, **parts[0].known},
         actions=[a for p in parts for a in p.actions],
         outputs=[o for p in parts for o in p.outputs],
+        followups=[
+            Followup(request=p.request, known_info=p.known, actions=len(p.actions), outputs=p.outputs)
+            for p in parts[1:]
+        ],
     )
 
 
