@@ -2,8 +2,9 @@
 (art_core.evaluate). Where the environment has task categories, each report has reward and pass^k per category
 and its headline is pass^1 on tasks that need a write.
 
-Cached on inputs and source: a step's checkpoint never changes (its fingerprint is an input), so neither
-does its evaluation. A step's report goes to `eval/{step:04d}.json` and history.jsonl; a prompted
+Cached on inputs, source and the environment's code: a step's checkpoint never changes (its fingerprint is an
+input), so neither does its evaluation, until the environment's code does (`art_core.envs.environment_fingerprint`:
+an edited reward, customer or tool is evaluated again, not answered from the cache). A step's report goes to `eval/{step:04d}.json` and history.jsonl; a prompted
 baseline's (any model behind an OpenAI-compatible URL, key from ART_BASELINE_API_KEY) to
 `{project}/baselines/{model}/eval-{split}.json`; the never-acts policy's (no server) to
 `{project}/baselines/never-acts-{environment}/eval-{split}.json`.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 
 from prefect import get_run_logger, task
+from prefect.cache_policies import CacheKeyFnPolicy
 
 from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step, never_acts_baseline
 from art_core.rollouts import RolloutSpec
@@ -22,10 +24,20 @@ from art_core.store import ModelRef
 from art_pipeline.tasks.results import cached_on
 
 
+def _environment_code(context, parameters: dict) -> str:
+    from art_core.envs import environment_fingerprint
+
+    rollout = parameters["rollout"]
+    return environment_fingerprint(rollout["environment"] if isinstance(rollout, dict) else rollout.environment)
+
+
+ENVIRONMENT_CODE = CacheKeyFnPolicy(cache_key_fn=_environment_code)
+
+
 @task(
     name="evaluate",
     task_run_name="evaluate step {step} on {split}",
-    cache_policy=cached_on("inference_url", "max_lora_rank", "server"),
+    cache_policy=cached_on("inference_url", "max_lora_rank", "server") + ENVIRONMENT_CODE,
     persist_result=True,
 )
 def evaluate(
@@ -66,7 +78,10 @@ def evaluate(
 
 
 @task(
-    name="evaluate_prompted", task_run_name="evaluate {model} on {split}", cache_policy=cached_on(), persist_result=True
+    name="evaluate_prompted",
+    task_run_name="evaluate {model} on {split}",
+    cache_policy=cached_on() + ENVIRONMENT_CODE,
+    persist_result=True,
 )
 def evaluate_prompted(
     storage_url: str,
@@ -109,7 +124,7 @@ def evaluate_prompted(
 @task(
     name="evaluate_never_acts",
     task_run_name="evaluate never-acts on {split}",
-    cache_policy=cached_on(),
+    cache_policy=cached_on() + ENVIRONMENT_CODE,
     persist_result=True,
 )
 def evaluate_never_acts(

@@ -56,4 +56,41 @@ def evaluation_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k not in drop}
 
 
-__all__ = ["SPLITS", "Environment", "Scenario", "Split", "evaluation_options", "load_environment"]
+def environment_fingerprint(name: str) -> str:
+    """A digest of the code an environment's episodes run: for a shipped one, every source file of art_core.envs
+    (the parts they share included: the episode loop, the customers, the tools); for a module of yours, its
+    package's files (or its one file). The pipeline keys cached evaluations on it, so an edited environment is
+    evaluated again instead of being answered with the old report. What it cannot see (an MCP server's code, a
+    file the environment reads from elsewhere) is not in it.
+
+    >>> len(environment_fingerprint("retail"))
+    12
+    """
+    import hashlib
+    import importlib.util
+    from pathlib import Path
+
+    if name in SHIPPED:
+        root = Path(__file__).resolve().parent
+    else:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"unknown environment {name!r}: use one of {', '.join(SHIPPED)} or an importable module")
+        origin = Path(spec.origin).resolve()
+        root = origin.parent if origin.name == "__init__.py" else origin
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".md", ".json"))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(root.parent).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+__all__ = [
+    "SPLITS",
+    "Environment",
+    "Scenario",
+    "Split",
+    "environment_fingerprint",
+    "evaluation_options",
+    "load_environment",
+]
