@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.serving import Endpoint, ServerPool, discover_endpoint
+from art_core.serving import Endpoint, ServerPool, _options_dict, discover_endpoint
 
 if TYPE_CHECKING:
     from art_core.envs.base import Scenario
+    from art_core.inference.server import ServerOptions
     from art_core.rollouts import RolloutSpec
     from art_core.trajectories import TrajectoryGroup
 
@@ -56,19 +57,30 @@ class Replicas(BaseModel):
     on: Literal["process", "ray"] = "process"
     ray_address: str | None = None
 
-    def endpoints(self, base_model: str, *, max_lora_rank: int = 8, pool: ServerPool | None = None) -> list[Endpoint]:
-        """The endpoints of every replica, started (or widened for the LoRA rank) where needed."""
+    def endpoints(
+        self,
+        base_model: str,
+        *,
+        max_lora_rank: int = 8,
+        pool: ServerPool | None = None,
+        options: ServerOptions | dict[str, Any] | None = None,
+    ) -> list[Endpoint]:
+        """The endpoints of every replica, started (or widened for the LoRA rank) where needed; a replica started
+        here gets `options` (the run's server settings, as its one server would), one started with other
+        settings is started again with these."""
         if self.urls:
             from art_core.settings import get_settings
 
             key = get_settings().inference_api_key
             return [discover_endpoint(u, key.get_secret_value() if key else None) for u in self.urls]
         if self.on == "ray":
-            return RAY_REPLICAS.endpoints(base_model, self.count, max_lora_rank, self.ray_address)
+            return RAY_REPLICAS.endpoints(base_model, self.count, max_lora_rank, self.ray_address, options)
         from art_core.serving import PROCESS_POOL
 
         pool = pool or PROCESS_POOL
-        servers = [pool.get(base_model, max_lora_rank=max_lora_rank, replica=i) for i in range(self.count)]
+        servers = [
+            pool.get(base_model, max_lora_rank=max_lora_rank, replica=i, options=options) for i in range(self.count)
+        ]
         return [Endpoint.of(s) for s in servers]
 
 
@@ -105,23 +117,41 @@ class RayReplicaPool:
 
     def __init__(self) -> None:
         self._actors: dict[tuple[str, int], Any] = {}
+        self._settings: dict[tuple[str, int], dict[str, Any]] = {}  # the server settings each actor started with
         self._keys: dict[str, str] = {}  # base model -> the key the replicas share (never stored)
         self._lock = threading.Lock()
 
-    def endpoints(self, base_model: str, count: int, max_lora_rank: int, address: str | None) -> list[Endpoint]:
+    def endpoints(
+        self,
+        base_model: str,
+        count: int,
+        max_lora_rank: int,
+        address: str | None,
+        options: ServerOptions | dict[str, Any] | None = None,
+    ) -> list[Endpoint]:
         ray = connect_ray(address)
         from art_core.replica import ReplicaActor
 
+        wanted = _options_dict(options)
         with self._lock:
             key = self._keys.setdefault(base_model, secrets.token_urlsafe(24))
             local = address is None  # our own one-node cluster: the replicas stay on loopback
-            overrides: dict[str, Any] = {"api_key": key}
+            overrides: dict[str, Any] = {**wanted, "api_key": key}
             if not local:
                 overrides["host"] = "0.0.0.0"
             gpus = 1 if _cluster_has_gpus(ray) else 0
             calls = []
             for i in range(count):
                 actor = self._actors.get((base_model, i))
+                if actor is not None and self._settings.get((base_model, i)) != wanted:
+                    log.warning(
+                        "restarting Ray replica %d of %s with the run's server settings %s", i, base_model, wanted
+                    )
+                    with contextlib.suppress(Exception):
+                        ray.get(actor.stop.remote(), timeout=60)
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor)
+                    actor = None
                 if actor is None:
                     actor = (
                         ray.remote(ReplicaActor)
@@ -129,6 +159,7 @@ class RayReplicaPool:
                         .remote(base_model, max_lora_rank, overrides)
                     )
                     self._actors[(base_model, i)] = actor
+                    self._settings[(base_model, i)] = wanted
                 calls.append(actor.widen.remote(max_lora_rank))
             addresses = ray.get(calls)
         return [Endpoint(base_url=url, api_key=key, base_name=name, shares_files=False) for url, name in addresses]
@@ -146,6 +177,7 @@ class RayReplicaPool:
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
             self._actors.clear()
+            self._settings.clear()
 
 
 def _cluster_has_gpus(ray: Any) -> bool:

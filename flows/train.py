@@ -212,7 +212,9 @@ class _StepTasks:
         """Submit step `step`'s rollouts: from checkpoint `step` (k = 0), else the newest complete one."""
         sample = self.run.sample_step(step)
         args = (self.ref, self.rollout, step, checkpoint_fingerprint_of(self.ref, sample), self.url, self.rank)
-        extra: dict[str, Any] = {"server": self.server} if self.replicas is None else {"replicas": self.replicas}
+        extra: dict[str, Any] = {"server": self.server}  # for the server, or every replica, started here
+        if self.replicas is not None:
+            extra["replicas"] = self.replicas
         if not self.run.off_policy:  # synchronous: runs in the flow's thread when its result is asked for
             return _Gather(_Done(lambda: self.gather(*args, **extra)), args, extra)
         extra.update(sample_step=sample, oldest_reusable=self.run.oldest_reusable(step))

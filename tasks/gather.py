@@ -55,7 +55,7 @@ def gather_trajectories(
     def endpoints(rank: int):
         rank = max(rank, max_lora_rank)
         if replicas is not None:
-            return replicas.endpoints(ref.base_model, max_lora_rank=rank)
+            return replicas.endpoints(ref.base_model, max_lora_rank=rank, options=server)
         return endpoint_for(ref.base_model, inference_url, max_lora_rank=rank, options=server)
 
     logger = get_run_logger()

@@ -104,3 +104,23 @@ def test_the_middleware_rewrites_a_storage_url_to_the_fetched_copy(tmp_path, mot
     out = json.loads(asyncio.run(with_fetched_adapter(body)))
     assert out["lora_name"] == "m@1" and out["lora_path"].startswith(str(tmp_path / "cache"))
     assert asyncio.run(with_fetched_adapter(json.dumps({"lora_name": "x", "lora_path": "/a/folder"}).encode())) is None
+
+
+def test_replicas_started_here_get_the_runs_server_settings():
+    """A run's `server` settings (dtype, weight_swap, extra_args, ...) reach every replica it starts, as they reach
+    its one server: they were dropped for replicas, which then served with the defaults."""
+    from art_core.fanout import Replicas
+    from art_core.inference.server import ServerOptions
+
+    class Pool:
+        def __init__(self):
+            self.asked = []
+
+        def get(self, base_model, *, max_lora_rank=8, replica=0, options=None):
+            self.asked.append((replica, options))
+            return type("Server", (), {"base_url": f"http://r{replica}:1/v1", "api_key": "k", "served_model_name": "m"})
+
+    pool, settings = Pool(), ServerOptions(dtype="float32", weight_swap=False)
+    found = Replicas(count=2).endpoints("/models/tiny", pool=pool, options=settings)
+    assert [e.base_url for e in found] == ["http://r0:1/v1", "http://r1:1/v1"]
+    assert pool.asked == [(0, settings), (1, settings)]
