@@ -66,8 +66,8 @@ class Replicas(BaseModel):
         options: ServerOptions | dict[str, Any] | None = None,
     ) -> list[Endpoint]:
         """The endpoints of every replica, started (or widened for the LoRA rank) where needed; a replica started
-        here gets `options` (the run's server settings, as its one server would), one started with other
-        settings is started again with these."""
+        here gets `options` (the run's server settings, as its one server would), and one running with other
+        settings is started again with these (none given: the running ones are kept)."""
         if self.urls:
             from art_core.settings import get_settings
 
@@ -143,7 +143,7 @@ class RayReplicaPool:
             calls = []
             for i in range(count):
                 actor = self._actors.get((base_model, i))
-                if actor is not None and self._settings.get((base_model, i)) != wanted:
+                if actor is not None and wanted and self._settings.get((base_model, i)) != wanted:  # as ServerPool
                     log.warning(
                         "restarting Ray replica %d of %s with the run's server settings %s", i, base_model, wanted
                     )
