@@ -147,10 +147,7 @@ class RayReplicaPool:
                     log.warning(
                         "restarting Ray replica %d of %s with the run's server settings %s", i, base_model, wanted
                     )
-                    with contextlib.suppress(Exception):
-                        ray.get(actor.stop.remote(), timeout=60)
-                    with contextlib.suppress(Exception):
-                        ray.kill(actor)
+                    _stop_actor(ray, actor)
                     actor = None
                 if actor is None:
                     actor = (
@@ -172,12 +169,17 @@ class RayReplicaPool:
 
         with self._lock:
             for actor in self._actors.values():
-                with contextlib.suppress(Exception):
-                    ray.get(actor.stop.remote(), timeout=60)
-                with contextlib.suppress(Exception):
-                    ray.kill(actor)
+                _stop_actor(ray, actor)
             self._actors.clear()
             self._settings.clear()
+
+
+def _stop_actor(ray: Any, actor: Any) -> None:
+    """Stop a replica actor's server, then the actor; whatever fails (a dead actor) is past caring."""
+    with contextlib.suppress(Exception):
+        ray.get(actor.stop.remote(), timeout=60)
+    with contextlib.suppress(Exception):
+        ray.kill(actor)
 
 
 def _cluster_has_gpus(ray: Any) -> bool:

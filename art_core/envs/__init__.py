@@ -7,9 +7,12 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_core.envs.base import SPLITS, Environment, Scenario, Split
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # name -> module exposing load_environment(**options); imported only when asked for
 SHIPPED = {
@@ -66,7 +69,6 @@ def environment_fingerprint(name: str) -> str:
     >>> len(environment_fingerprint("retail"))
     12
     """
-    import hashlib
     import importlib.util
     from pathlib import Path
 
@@ -78,10 +80,19 @@ def environment_fingerprint(name: str) -> str:
             raise ValueError(f"unknown environment {name!r}: use one of {', '.join(SHIPPED)} or an importable module")
         origin = Path(spec.origin).resolve()
         root = origin.parent if origin.name == "__init__.py" else origin
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".md", ".json"))
+    return source_digest([root], root.parent)
+
+
+def source_digest(roots: list[Path], base: Path) -> str:
+    """12 hex digits of the source under `roots` (files, or folders: their .py, .md and .json files), each file
+    hashed with its path relative to `base`: the digest the pipeline keys cached environment work on."""
+    import hashlib
+
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(root.parent).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".md", ".json"))
+        for path in files:
+            digest.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
@@ -93,4 +104,5 @@ __all__ = [
     "environment_fingerprint",
     "evaluation_options",
     "load_environment",
+    "source_digest",
 ]

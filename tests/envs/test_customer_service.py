@@ -214,14 +214,8 @@ def oracle_turns(f, task: Task) -> list[dict]:
         )
     )
     turns = [f.say("Hello! Could you give me your email, or your name and zip code?"), f.tool_call(*lookup)]
-    later_actions = sum(u.actions for u in task.followups)
-    later_outputs = sum(len(u.outputs) for u in task.followups)
-    requests = [(task.actions[: len(task.actions) - later_actions], task.outputs[: len(task.outputs) - later_outputs])]
-    start, out = len(requests[0][0]), len(requests[0][1])
-    for u in task.followups:
-        requests.append((task.actions[start : start + u.actions], task.outputs[out : out + len(u.outputs)]))
-        start, out = start + u.actions, out + len(u.outputs)
-    for actions, outputs in requests:
+    for indices, outputs in task.requests():
+        actions = [task.actions[i] for i in indices]
         for a in actions:
             values = (
                 " ".join(str(v) for v in a.kwargs.values() if not isinstance(v, list))

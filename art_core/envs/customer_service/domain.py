@@ -54,6 +54,22 @@ class Task(BaseModel):
     outputs: list[str] = Field(default_factory=list)  # what the agent must say to the user
     followups: list[Followup] = Field(default_factory=list)  # the customer's later requests, in order
 
+    def requests(self) -> list[tuple[range, list[str]]]:
+        """Per request (the opening's, then each followup's): the indices of its gold actions in `actions` and the
+        outputs it needs.
+
+        >>> Task(id="t", user_id="u", request="Hi!", instruction="", actions=[Action(name="a"), Action(name="b")],
+        ...      outputs=["7"], followups=[Followup(request="And...", actions=1)]).requests()
+        [(range(0, 1), ['7']), (range(1, 2), [])]
+        """
+        first_actions = len(self.actions) - sum(f.actions for f in self.followups)
+        first_outputs = len(self.outputs) - sum(len(f.outputs) for f in self.followups)
+        out = [(range(first_actions), self.outputs[:first_outputs])]
+        for f in self.followups:
+            start = out[-1][0].stop
+            out.append((range(start, start + f.actions), f.outputs))
+        return out
+
 
 @dataclass
 class Domain:

@@ -65,18 +65,12 @@ def expert_fingerprint(domain: str) -> str:
 
     >>> expert_fingerprint("airline")   # 12 hex digits  # doctest: +SKIP
     """
-    import hashlib
+    from art_core.envs import source_digest
 
     if domain not in EXPERTS:
         raise ValueError(f"no expert for {domain!r}: use one of {', '.join(EXPERTS)}")
     envs = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for part in (domain, *_SHARED_SOURCES):
-        root = envs / part
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".md", ".json"))
-        for path in files:
-            digest.update(path.relative_to(envs).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
+    return source_digest([envs / part for part in (domain, *_SHARED_SOURCES)], envs)
 
 
 def load_env(domain: str, seed: int = 0) -> Any:

@@ -211,20 +211,12 @@ class ScriptedUser:
     def _part_done(self, text: str, asked: bool) -> bool:
         """Whether the current request is dealt with: its gold actions confirmed and its outputs said, or, for a
         request with neither, the agent declining it in `text`."""
-        later = self.task.followups[self.part :]
-        if self.part == 0:
-            start = 0
-            count = len(self.task.actions) - sum(f.actions for f in later)
-            outputs = self.task.outputs[: len(self.task.outputs) - sum(len(f.outputs) for f in later)]
-        else:
-            current = self.task.followups[self.part - 1]
-            start = len(self.task.actions) - sum(f.actions for f in later) - current.actions
-            count, outputs = current.actions, current.outputs
-        if not count and not outputs:
+        actions, outputs = self.task.requests()[self.part]
+        if not actions and not outputs:
             # a refusal ends when the agent declines ("I can't find that email, what's your zip?" does not count)
             return not asked and any(c in text for c in REFUSAL_CUES)
         said = " ".join(self.heard)
-        return all(normalize(o) in said for o in outputs) and self.confirmed.issuperset(range(start, start + count))
+        return all(normalize(o) in said for o in outputs) and self.confirmed.issuperset(actions)
 
     def _unhelpful(self, prefix: str) -> str:
         self.idle += 1
