@@ -78,19 +78,20 @@ def served_requests(base_url: str) -> float:
     return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
-def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_model_path, s3_root, session_server):
+def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_model_path, s3_root):
     """Storage on S3 (moto): the Ray replicas fetch each step's adapter from it, not from a local path. Both
-    runs seed their sampling alike and serve adapters alike (LoRA, as the session's server does), so Ray's
-    workers sample the very rollouts one process samples. The run's server settings must reach the replicas for
+    runs seed their sampling alike and serve alike (float32, LoRA adapters), so Ray's workers sample the very
+    rollouts one process samples. The run's server settings must reach the replicas for
     that: they were dropped, the replicas merged each step into their weights (the CPU default) while the
-    session's server applied LoRA, and on an AMD EPYC (AVX512-BF16) that other arithmetic flipped a near-tie of
+    one server applied LoRA, and on an AMD EPYC (AVX512-BF16) that other arithmetic flipped a near-tie of
     the random model's logits in one rollout at step 2."""
     from art_core.fanout import Replicas, shutdown_ray
     from art_core.storage import Storage
     from art_pipeline.flows.train import train
 
     seeded = {"max_tokens": 8, "seed": 0}
-    one = config(tiny_model_path, f"{s3_root}/one", "agent", inference_url=session_server, sampling=seeded)
+    alike = {"dtype": "float32", "weight_swap": False}  # float32: bf16 logits depend on what shares a batch
+    one = config(tiny_model_path, f"{s3_root}/one", "agent", sampling=seeded, server=alike)
     train(one)
     ray_cfg = config(
         tiny_model_path,
@@ -98,12 +99,12 @@ def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_mod
         "agent",
         scale={"replicas": 2, "rollouts_on": "ray"},
         sampling=seeded,
-        server={"weight_swap": False},  # the session's server serves LoRA adapters
+        server=alike,
     )
     try:
         summary = train(ray_cfg)
         # the replicas as they run (asked with other settings, they would be started again and count nothing)
-        endpoints = Replicas(count=2, on="ray").endpoints(tiny_model_path, options={"weight_swap": False})
+        endpoints = Replicas(count=2, on="ray").endpoints(tiny_model_path, options=alike)
         counts = {e.base_url: served_requests(e.base_url) for e in endpoints}
     finally:
         shutdown_ray()
