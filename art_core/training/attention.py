@@ -10,7 +10,9 @@ registered with transformers ("art_packed") that is told where the segments are:
     "segments"  SDPA once per segment (causal), on any device: work and memory grow with the sum of
                 the segments' squared lengths, not the row's; a row may be as long as a whole pass.
                 A suffix of a shared prefix (prefixes.py) attends to the prefix's keys and its own,
-                through a lower-right causal mask.
+                through a lower-right causal mask. On a CPU in bf16 a segment attends through
+                cpu_attention.py instead (blocks of queries through the bf16 matrix multiply, 1.3-2.2x
+                torch's CPU kernel, whose bf16 runs no faster than its float32).
     "flex"      CUDA with torch's flex_attention: one compiled kernel per layer over a block mask built
                 from the segment ids (and each suffix's prefix); blocks that cross segments are skipped.
     "mask"      transformers' own dense block-diagonal mask (the behaviour before; short rows).
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 ATTENTION_NAME = "art_packed"
 _REGISTERED = False
 _COMPILED_FLEX: Any = None
-CPU_BF16_UPCAST_BELOW = 768  # tokens; see _segment_attention
 
 
 def flex_available(device_type: str) -> bool:
@@ -91,10 +92,9 @@ def _segment_attention(query, key, value, scaling, segments, sliding_window=None
     import torch
 
     gqa = query.shape[1] != key.shape[1]
-    # CPU bf16 (precision.py): torch's CPU flash-attention backward runs short segments 2-3x slower in bf16
-    # than in float32 (134 tokens: 5.8 vs 2.1 ms forward + backward; 1500 tokens: 64 vs 88 ms, bf16 ahead),
-    # so segments shorter than CPU_BF16_UPCAST_BELOW attend in float32 and come back in bf16.
-    upcast = query.device.type == "cpu" and query.dtype == torch.bfloat16
+    # CPU bf16: torch's CPU flash-attention kernel runs bf16 no faster than float32, its backward slowest of
+    # all; blocks of queries through the bf16 matrix multiply are 1.3-2.2x faster (cpu_attention.py).
+    cpu_bf16 = query.device.type == "cpu" and query.dtype == torch.bfloat16
     by_row: dict[int, list] = {}
     for r, s, e, cs, ce in segments:
         q = query[r : r + 1, :, s:e]
@@ -103,15 +103,19 @@ def _segment_attention(query, key, value, scaling, segments, sliding_window=None
         else:
             k = torch.cat([key[r : r + 1, :, cs:ce], key[r : r + 1, :, s:e]], dim=2)
             v = torch.cat([value[r : r + 1, :, cs:ce], value[r : r + 1, :, s:e]], dim=2)
-        if sliding_window is None:
-            out = _attend(q, k, v, scaling, ce - cs, None, gqa, upcast)
+        if cpu_bf16:
+            from art_core.training.cpu_attention import blocked_attention
+
+            out = blocked_attention(q, k, v, scaling, ce - cs, sliding_window)
+        elif sliding_window is None:
+            out = _attend(q, k, v, scaling, ce - cs, None, gqa)
         else:  # keys within one window come out as one block, attended causally (_attend drops the window)
-            out = _windowed_attention(q, k, v, scaling, ce - cs, sliding_window, gqa, upcast)
+            out = _windowed_attention(q, k, v, scaling, ce - cs, sliding_window, gqa)
         by_row.setdefault(r, []).append(out)
     return torch.cat([torch.cat(by_row[r], dim=2) for r in range(query.shape[0])], dim=0)
 
 
-def _attend(q, k, v, scaling, offset, window, gqa, upcast):
+def _attend(q, k, v, scaling, offset, window, gqa):
     """SDPA of queries q over keys k, query i sitting at key position `offset` + i (lower-right causal: it sees
     keys up to there); with a `window` W, also none before key position `offset` + i - W + 1."""
     import torch
@@ -124,18 +128,12 @@ def _attend(q, k, v, scaling, offset, window, gqa, upcast):
         mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(offset)
         if window is not None:
             mask = mask.triu(offset - window + 1)
-    short = upcast and k.shape[2] < CPU_BF16_UPCAST_BELOW
-    out = F.scaled_dot_product_attention(
-        *((q.float(), k.float(), v.float()) if short else (q, k, v)),
-        attn_mask=mask,
-        is_causal=mask is None,
-        scale=scaling,
-        enable_gqa=gqa,
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None, scale=scaling, enable_gqa=gqa
     )
-    return out.to(q.dtype) if short else out
 
 
-def _windowed_attention(q, k, v, scaling, offset, window, gqa, upcast):
+def _windowed_attention(q, k, v, scaling, offset, window, gqa):
     """`_attend` with a sliding window, over blocks of `window` queries, each against only the keys its window
     reaches (at most 2W - 1). One masked SDPA over all the keys computes every query against every key (an
     explicit mask lets no kernel skip a block): for Gemma 3's 4.4k-token retail rows and W 512, blocks compute
@@ -146,9 +144,7 @@ def _windowed_attention(q, k, v, scaling, offset, window, gqa, upcast):
     for a in range(0, q.shape[2], window):
         b = min(a + window, q.shape[2])
         k0, k1 = max(0, offset + a - window + 1), offset + b  # the keys queries a..b-1 may see
-        outs.append(
-            _attend(q[:, :, a:b], k[:, :, k0:k1], v[:, :, k0:k1], scaling, offset + a - k0, window, gqa, upcast)
-        )
+        outs.append(_attend(q[:, :, a:b], k[:, :, k0:k1], v[:, :, k0:k1], scaling, offset + a - k0, window, gqa))
     return torch.cat(outs, dim=2)
 
 

@@ -213,7 +213,7 @@ def test_a_step_with_shared_prefixes_trains_what_the_unshared_step_trains(
 
 
 def test_bf16_shared_prefixes_agree_within_bf16_rounding(tiny_model_path, tmp_path, fresh_trainer):
-    """bf16 weights (the CPU attention upcasts short segments to float32): sharing changes only rounding."""
+    """bf16 weights (the CPU attends through cpu_attention.py): sharing changes only rounding."""
     config = BASE.model_copy(update={"dtype": "bfloat16"})
     shared, g_shared = _step(tiny_model_path, tmp_path, config, "shared")
     plain, g_plain = _step(tiny_model_path, tmp_path, config.model_copy(update={"share_prefixes": False}), "plain")
