@@ -8,7 +8,9 @@ Where the environment tells task categories apart (`Environment.scenario_categor
 environments, retail, airline, tau2), reward and pass^k are also reported per category (write / refuse /
 answer), and the report's headline is pass^1 on tasks that need a write: a policy that never acts passes most
 refusals, so the mean reward flatters it, but it scores 0 there. `evaluate_policy` evaluates an agent written
-in code (the `never_acts` baseline) the same way, without a server.
+in code the same way, without a server: the `never_acts` baseline (the floor), and on retail and airline the
+expert that writes the demonstrations (the ceiling under the evaluation's own limits: a task its expert cannot
+finish within `max_turns` no model imitating it will).
 
     report = await evaluate_model(env, endpoint, "agent@3", split="val", scenarios=8, trials=4)
     report.reward, report.pass_k            # 0.41, {1: 0.5, 2: 0.31, 3: 0.22, 4: 0.16}
@@ -16,6 +18,8 @@ in code (the `never_acts` baseline) the same way, without a server.
     report.headline                         # Headline(metric='write pass^1', value=0.25, stderr=0.11)
     floor, _ = await evaluate_policy(env, never_acts, split="val", scenarios=8, trials=4)
     floor.headline.value                    # 0.0
+    ceiling, _ = await evaluate_policy(env, expert_policy("retail"), EXPERT, split="val", scenarios=8, trials=1)
+    ceiling.headline.value                  # 1.0 at the default max_turns; less where the limit cuts the expert
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from art_core.adapters import adapter_rank, load_checkpoint
 from art_core.coroutines import run_sync
 from art_core.envs.base import Environment, Scenario
 from art_core.envs.customer_service.categories import CATEGORIES
-from art_core.envs.customer_service.policies import Policy, PolicyClient, never_acts
+from art_core.envs.customer_service.policies import CannotDemonstrate, Policy, PolicyClient, never_acts
 from art_core.envs.tool_use.episode import WRITES_WITHOUT_YES
 from art_core.persisted import Persisted
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
@@ -44,6 +48,7 @@ from art_core.trajectories import TrajectoryGroup
 
 HEADLINE_CATEGORY = "write"  # where the environment has categories, the headline is pass^1 on these tasks
 NEVER_ACTS = "never-acts"  # the name the never-acts baseline is reported under
+EXPERT = "expert"  # the name the expert's evaluation (retail, airline) is reported under
 UNASKED = WRITES_WITHOUT_YES  # the episode loop's metric: successful writes the customer had not agreed to
 
 
@@ -399,7 +404,12 @@ async def evaluate_policy(
     t0 = time.perf_counter()
     groups = []
     for s in chosen:  # one at a time: a policy in code costs no server time, and the episodes are CPU-bound
-        attempts = [await env.rollout(PolicyClient(policy), name, s) for _ in range(trials)]
+        attempts: list[Any] = []
+        for _ in range(trials):
+            try:
+                attempts.append(await env.rollout(PolicyClient(policy), name, s))
+            except CannotDemonstrate as e:  # an expert that cannot play the task: a try that failed
+                attempts.append(e)
         groups.append(TrajectoryGroup(attempts, metadata={"scenario_id": s.id, "split": s.split}))
     report = eval_report(
         groups,
@@ -546,6 +556,44 @@ def never_acts_baseline(
         )
     )
     return _store_baseline(storage_url, project, f"{NEVER_ACTS}-{env.name}", split, report)
+
+
+def expert_baseline(
+    storage_url: str,
+    project: str,
+    rollout: RolloutSpec,
+    *,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+) -> EvalReport | None:
+    """The domain's expert (the code that writes the demonstrations) on the same scenarios as `evaluate_step`,
+    under the same environment options (max_turns above all), stored under
+    `{project}/baselines/expert-{environment}/eval-{split}.json`; None for an environment without an expert.
+    What it fails under these limits no model trained to imitate it will pass: the ceiling of the evaluation.
+
+    >>> expert_baseline("/tmp/art", "demo", RolloutSpec(environment="retail", env_options={"max_turns": 10}),
+    ...                 scenarios=40).by_category["write"].pass_k[1]                         # doctest: +SKIP
+    0.8333333333333334
+    """
+    from art_core.envs.customer_service.expert import EXPERTS, expert_policy
+
+    env = rollout.load_environment()
+    if env.name not in EXPERTS:
+        return None
+    report, _ = run_sync(
+        evaluate_policy(
+            env,
+            expert_policy(env.name),
+            EXPERT,
+            split=split,
+            scenarios=scenarios,
+            trials=trials,
+            success_threshold=success_threshold,
+        )
+    )
+    return _store_baseline(storage_url, project, f"{EXPERT}-{env.name}", split, report)
 
 
 def _store_baseline(storage_url: str, project: str, name: str, split: str, report: EvalReport) -> EvalReport:

@@ -223,6 +223,7 @@ def _legend(draw: Any, box: tuple, curves: list, points: list[tuple[float, float
 
 _SOURCE_CHUNK = "art-source"
 _PNG_END = b"IEND\xaeB`\x82"  # the last chunk of a whole PNG
+_POLICIES_IN_CODE = ("never-acts", "expert")  # art_core.evaluate.NEVER_ACTS, EXPERT: reports without a checkpoint
 
 
 def reward_curve(storage: Storage, path: str, rows: list[dict[str, Any]], title: str = "reward per step") -> bytes:
@@ -281,7 +282,7 @@ def eval_markdown(
     need a write, leads the table and picks the best step, and a second table gives reward and pass^k per
     category for every row. The headline carries its standard error across tasks (± s.e.), and the last step's
     gain over the baseline a paired one. `more_baselines`: rows shown as baselines besides `baseline` (the
-    never-acts policy).
+    never-acts policy, the floor; the domain's expert, the ceiling).
     """
     reports = [_as_dict(r) for r in reports]
     baselines = [_as_dict(b) for b in ([baseline] if baseline is not None else []) + list(more_baselines)]
@@ -321,7 +322,7 @@ def eval_markdown(
             cells.append(f" {text} |")
         passes = "".join(f" {_pass(r['pass_k'], k):.3f} |" for k in ks)
         label = f"{r['model']} (baseline)" if is_baseline else r["model"]
-        step = "-" if r["model"] == "never-acts" else r["step"]  # a policy in code has no checkpoint
+        step = "-" if r["model"] in _POLICIES_IN_CODE else r["step"]  # a policy in code has no checkpoint
         lines.append(f"| {label} | {step} | {r['split']} | {r['scenarios']} x {r['trials']} |{''.join(cells)}{passes}")
     if baseline is not None and reports:
         delta = reports[-1]["reward"] - baselines[0]["reward"]
@@ -351,6 +352,11 @@ def _category_table(rows: list[dict[str, Any]], baselines: list[dict[str, Any]],
     ]
     if any(r["model"] == "never-acts" for r in rows):
         lines[-1] += " never-acts: a policy in code that never calls a tool and always declines."
+    if any(r["model"] == "expert" for r in rows):
+        lines[-1] += (
+            " expert: the code that writes the demonstrations, under the same limits (max_turns): a task it fails"
+            " here is out of reach for a model that imitates it."
+        )
     consent = any((s.get("unasked") is not None) for r in rows for s in (r.get("by_category") or {}).values())
     if consent:
         lines[-1] += (

@@ -8,7 +8,8 @@ One train-flow run (RunConfig.sft): the environment's coded expert plays `--demo
 (a cached task), SFT trains `--sft-epochs` epochs on them (one checkpoint each), then GRPO continues on the
 same environment with the scripted customer for `--grpo-steps` steps. The evaluate flow then scores the
 base model, the last SFT epoch and the last GRPO step on the same held-out val tasks (`--scenarios`, each
-`--tries` times), and the never-acts policy (no tool call, always declines) beside them. It prints reward
+`--tries` times), with the never-acts policy (no tool call, always declines: the floor) and the expert itself
+under the same max_turns (the ceiling: what the turn limit leaves within reach) beside them. It prints reward
 and pass^k per task category (needs a write / must refuse / answer only), led by write pass^1, the figure
 a model that does nothing cannot pass, and the time each phase took. Re-running finishes from the cache.
 
@@ -160,7 +161,8 @@ def model_name(domain: str, seed: int, base_model: str = "smollm2") -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train (demonstrations -> SFT -> GRPO), evaluate base / SFT / SFT+GRPO and never-acts, print the table."""
+    """Train (demonstrations -> SFT -> GRPO), evaluate base / SFT / SFT+GRPO, never-acts and the expert, print the
+    table."""
     from art_core.envs.customer_service.env import CustomerServiceOptions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -263,9 +265,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reports = evaluate_flow(EvaluateConfig(run=config, steps=[sft_step, config.steps], baseline_step=baseline))
     phases["evaluate " + ("" if args.skip_base else "base, ") + "SFT, SFT+GRPO"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    never = asyncio.run(_never_acts(config))
-    phases["never-acts baseline"] = time.perf_counter() - mark
-    rows = [("never acts", never)] + ([] if args.skip_base else [("base model (step 0)", reports.pop(0))])
+    never, expert = asyncio.run(_policies(config))
+    phases["never-acts and expert"] = time.perf_counter() - mark
+    rows = [("never acts", never), ("expert (code)", expert)]
+    rows += [] if args.skip_base else [("base model (step 0)", reports.pop(0))]
     rows += [(f"SFT (step {sft_step})", reports[0]), (f"SFT+GRPO (step {config.steps})", reports[1])]
     print(table(config, rows))
     print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
@@ -273,15 +276,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {"train": summary, "reports": dict(rows), "phases": phases}
 
 
-async def _never_acts(config: Any) -> Any:
+async def _policies(config: Any) -> tuple[Any, Any]:
+    """The never-acts policy (the floor) and the domain's expert (the ceiling under the same max_turns) on the
+    evaluation's tasks, played without a server."""
     from art_core.envs import load_environment
+    from art_core.envs.customer_service.expert import expert_policy
     from art_core.envs.customer_service.policies import never_acts
-    from art_core.evaluate import evaluate_policy
+    from art_core.evaluate import EXPERT, evaluate_policy
 
     env = load_environment(config.environment.name, **config.environment.options)
     e = config.eval
-    report, _ = await evaluate_policy(env, never_acts, split=e.split, scenarios=e.scenarios, trials=e.trials)
-    return report
+    sizes = dict(split=e.split, scenarios=e.scenarios, trials=e.trials)
+    never, _ = await evaluate_policy(env, never_acts, **sizes)
+    expert, _ = await evaluate_policy(env, expert_policy(config.environment.name), EXPERT, **sizes)
+    return never, expert
 
 
 def table(config: Any, rows: list[tuple[str, Any]]) -> str:
@@ -314,7 +322,8 @@ def table(config: Any, rows: list[tuple[str, Any]]) -> str:
         from art_core.reporting import kind_table
 
         dicts = [{**report.model_dump(), "model": label} for label, report in rows]
-        lines += ["", *kind_table(dicts, [d for d, (label, _) in zip(dicts, rows) if label == "never acts"])]
+        bounds = [d for d, (label, _) in zip(dicts, rows) if label in ("never acts", "expert (code)")]
+        lines += ["", *kind_table(dicts, bounds)]
     return "\n".join(lines)
 
 

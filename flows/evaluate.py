@@ -8,7 +8,9 @@ markdown report (reward and pass^k per step) is published as an artifact and sto
 Where the environment has task categories (retail, airline, tau2), the report leads with pass^1 on tasks that
 need a write, gives reward and pass^k per category, and shows the never-acts policy (no tool call, always
 declines; played without a server) on the same scenarios as a second baseline (on tau2 its customer is still
-an LLM: that model is called, once per turn).
+an LLM: that model is called, once per turn). On retail and airline a third row is the expert that writes the
+demonstrations, under the same limits: the ceiling (a write task it cannot finish within max_turns is out of
+reach for the model too).
 On tau2-retail / tau2-airline it also lists the leaderboard's figures, and `prompted_only=True` evaluates
 a hosted model alone (see the README's tau2 section).
 """
@@ -28,13 +30,20 @@ from art_pipeline.flows.overrides import warn_if_config_replaced
 from art_pipeline.flows.preflight import preflight
 from art_pipeline.flows.reporting import artifact_key
 from art_pipeline.flows.train import checkpoint_fingerprint_of, refs
-from art_pipeline.tasks import evaluate, evaluate_never_acts, evaluate_prompted, result_storage_for, with_result_storage
+from art_pipeline.tasks import (
+    evaluate,
+    evaluate_expert,
+    evaluate_never_acts,
+    evaluate_prompted,
+    result_storage_for,
+    with_result_storage,
+)
 
 
 @flow(name="evaluate", log_prints=True)
 def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     """Evaluate `config.steps` (default: the latest) and the baseline; returns the reports, baseline first.
-    The never-acts baseline is in the report and stored with the baselines, not returned."""
+    The never-acts baseline and the expert are in the report and stored with the baselines, not returned."""
     guard_temporary_server()  # a temporary Prefect server dies with this process, SIGKILL included
     warn_if_config_replaced()  # a run given a whole new config, not a few fields: say what fell back
     config = preflight(config)  # base model, environment, template: refused here, before any server starts
@@ -91,14 +100,14 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     rows, shown_baseline = (
         (reports, baseline) if reports else ([baseline] if baseline else [], None)
     )  # prompted_only: one row
-    floor = None  # a do-nothing agent passes refusals: where tasks have categories, show what it scores
+    bounds = []  # where tasks have categories: the floor (a do-nothing agent passes refusals) and the ceiling
     if any(r.by_category for r in rows + ([shown_baseline] if shown_baseline else [])):
-        floor = with_result_storage(evaluate_never_acts, results)(
-            run.storage_url, run.project, rollout, e.split, e.scenarios, e.trials, e.success_threshold
-        )
-    md = eval_markdown(
-        rows, title=f"{run.model} on {e.split}", baseline=shown_baseline, more_baselines=[floor] if floor else []
-    )
+        for bound in (evaluate_never_acts, evaluate_expert):
+            report = with_result_storage(bound, results)(
+                run.storage_url, run.project, rollout, e.split, e.scenarios, e.trials, e.success_threshold
+            )
+            bounds += [report] if report is not None else []
+    md = eval_markdown(rows, title=f"{run.model} on {e.split}", baseline=shown_baseline, more_baselines=bounds)
     # tau2-bench environments: the leaderboard's figures, and where this run departs from tau2's protocol
     reference = reference_markdown(
         run.environment.name,

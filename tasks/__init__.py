@@ -7,7 +7,7 @@
     train.py     train_step                          not cached: idempotent by its checkpoint
     remote.py    train_step_remotely                 train_step as a flow run on a GPU work pool; waits for it
     sft.py       build_demonstrations (cached), sft_step (idempotent by its checkpoint)
-    evaluate.py  evaluate, evaluate_prompted, evaluate_never_acts   cached on inputs plus source
+    evaluate.py  evaluate, evaluate_prompted, evaluate_never_acts, evaluate_expert   cached on inputs plus source
     mcp.py       generate_mcp_scenarios              cached; the set is also kept in storage
     deploy.py    export_adapter, serve_adapter, deploy_step         not cached: they act on the world
 
@@ -19,7 +19,7 @@ others (deploy_step, sft, mcp, remote) are imported from their modules.
 
 from art_core.coroutines import run_sync
 from art_pipeline.tasks.deploy import export_adapter, serve_adapter
-from art_pipeline.tasks.evaluate import evaluate, evaluate_never_acts, evaluate_prompted
+from art_pipeline.tasks.evaluate import evaluate, evaluate_expert, evaluate_never_acts, evaluate_prompted
 from art_pipeline.tasks.gather import gather_trajectories
 from art_pipeline.tasks.results import cached_on, result_storage_for, with_result_storage
 from art_pipeline.tasks.score import JudgeError, score_groups
@@ -35,6 +35,7 @@ __all__ = [
     "TrainStepResult",
     "cached_on",
     "evaluate",
+    "evaluate_expert",
     "evaluate_never_acts",
     "evaluate_prompted",
     "export_adapter",

@@ -1,4 +1,4 @@
-"""Prefect tasks: evaluate one step of a model, a prompted baseline, or the never-acts baseline, on a split
+"""Prefect tasks: evaluate one step of a model, a prompted baseline, the never-acts baseline or the expert, on a split
 (art_core.evaluate). Where the environment has task categories, each report has reward and pass^k per category
 and its headline is pass^1 on tasks that need a write.
 
@@ -7,7 +7,8 @@ input), so neither does its evaluation, until the environment's code does (`art_
 an edited reward, customer or tool is evaluated again, not answered from the cache). A step's report goes to `eval/{step:04d}.json` and history.jsonl; a prompted
 baseline's (any model behind an OpenAI-compatible URL, key from ART_BASELINE_API_KEY) to
 `{project}/baselines/{model}/eval-{split}.json`; the never-acts policy's (no server) to
-`{project}/baselines/never-acts-{environment}/eval-{split}.json`.
+`{project}/baselines/never-acts-{environment}/eval-{split}.json`; the expert's (retail, airline) to
+`{project}/baselines/expert-{environment}/eval-{split}.json`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from prefect import get_run_logger, task
 from prefect.cache_policies import CacheKeyFnPolicy
 
-from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step, never_acts_baseline
+from art_core.evaluate import EvalReport, evaluate_baseline, evaluate_step, expert_baseline, never_acts_baseline
 from art_core.rollouts import RolloutSpec
 from art_core.serving import Endpoint, endpoint_for
 from art_core.store import ModelRef
@@ -150,4 +151,38 @@ def evaluate_never_acts(
     get_run_logger().info(
         "never-acts on %s: %s %.3f, reward %.3f", split, report.headline.metric, report.headline.value, report.reward
     )
+    return report
+
+
+@task(
+    name="evaluate_expert",
+    task_run_name="evaluate the expert on {split}",
+    cache_policy=cached_on() + ENVIRONMENT_CODE,
+    persist_result=True,
+)
+def evaluate_expert(
+    storage_url: str,
+    project: str,
+    rollout: RolloutSpec,
+    split: str = "val",
+    scenarios: int = 8,
+    trials: int = 1,
+    success_threshold: float = 1.0,
+) -> EvalReport | None:
+    """The ceiling on the same scenarios: the domain's expert in code (retail, airline; None elsewhere) under the
+    run's own limits, played through the environment (no server). A write task it fails there (cut by
+    max_turns) is out of reach for a model trained on its demonstrations."""
+    report = expert_baseline(
+        storage_url,
+        project,
+        rollout,
+        split=split,
+        scenarios=scenarios,
+        trials=trials,
+        success_threshold=success_threshold,
+    )
+    if report is not None:
+        get_run_logger().info(
+            "expert on %s: %s %.3f, reward %.3f", split, report.headline.metric, report.headline.value, report.reward
+        )
     return report

@@ -247,6 +247,25 @@ def test_never_acts_scores_zero_on_write_tasks_through_the_evaluation(name, cate
     assert all(score.unasked == 0.0 for score in report.by_category.values())  # it writes nothing, asked or not
 
 
+def test_the_expert_shows_what_the_turn_limit_leaves_within_reach(tmp_path):
+    """The ceiling row: the expert that writes the demonstrations, played under the evaluation's own options. With
+    room it passes every task; with max_turns too short for its writes it fails them, and a model imitating it
+    would too. Stored beside the never-acts baseline; environments without an expert have no such row."""
+    from art_core.evaluate import expert_baseline
+    from art_core.rollouts import RolloutSpec
+    from art_core.storage import Storage
+
+    roomy = expert_baseline(str(tmp_path), "p", RolloutSpec(environment="retail"), scenarios=12, trials=2)
+    assert roomy.model == "expert" and roomy.headline.value == 1.0 and roomy.reward == 1.0
+    assert roomy.headline.with_yes == 1.0  # it asks before every write
+    tight = RolloutSpec(environment="retail", env_options={"max_turns": 4})
+    cut = expert_baseline(str(tmp_path), "p", tight, scenarios=12, trials=2)
+    assert cut.headline.value < 1.0 and cut.by_category["write"].scenarios == roomy.by_category["write"].scenarios
+    saved = Storage(str(tmp_path)).read_json(f"{tmp_path}/p/baselines/expert-retail/eval-val.json")
+    assert EvalReport.model_validate(saved).headline == cut.headline  # the latest call's options
+    assert expert_baseline(str(tmp_path), "p", RolloutSpec(environment="word-quiz"), scenarios=2) is None
+
+
 def test_a_report_pickled_before_a_field_was_added_reads_back_with_its_default():
     """Prefect keeps cached evaluations pickled: one cached by an older version (a CategoryScore without `ids`)
     still renders after an upgrade, without the standard error it could not know."""

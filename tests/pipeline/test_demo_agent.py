@@ -29,15 +29,19 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     summary = result["train"]
     assert summary.phases == {1: "sft", 2: "grpo"} and summary.trained_steps == [2]
     reports = result["reports"]
-    assert [r.step for r in list(reports.values())[1:]] == [0, 1, 2]  # base, SFT, SFT+GRPO
+    assert [r.step for r in list(reports.values())[2:]] == [0, 1, 2]  # base, SFT, SFT+GRPO
     never = reports["never acts"]  # retail's first 3 val tasks: refuse, write, write
     assert set(never.by_category) == {"write", "refuse"} and never.headline.metric == "write pass^1"
     assert never.headline.value == 0.0 and never.by_category["refuse"].pass_k[1] == 1.0
-    for label in ("never acts", "base model (step 0)", "SFT (step 1)", "SFT+GRPO (step 2)"):
+    # the ceiling: the expert on the same tasks under the same max_turns (2 here: too few for its writes)
+    expert = reports["expert (code)"]
+    assert expert.model == "expert" and expert.by_category.keys() == never.by_category.keys()
+    assert expert.headline.value == 0.0
+    for label in ("never acts", "expert (code)", "base model (step 0)", "SFT (step 1)", "SFT+GRPO (step 2)"):
         assert label in out
     assert "headline: write pass^1" in out and "seconds per phase: model ready" in out
     kinds = out.split("## Per kind of write task")[1]  # the two write tasks' kinds, never-acts right in 0 tries
-    assert "| never acts (baseline) | base model (step 0) | SFT (step 1) | SFT+GRPO (step 2) |" in kinds
+    assert "| never acts (baseline) | expert (code) (baseline) | base model (step 0) | SFT (step 1) |" in kinds
     assert set(never.by_kind) and all(f"| {kind} | " in kinds for kind in never.by_kind)
     assert all(score.pass_k[1] == 0.0 for score in never.by_kind.values())
 
@@ -51,7 +55,7 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     varied = main(fork + ["--skip-base"])
     out = capsys.readouterr().out
     assert varied["train"].trained_steps == [2] and varied["train"].sft.trained_steps == []
-    assert list(varied["reports"]) == ["never acts", "SFT (step 1)", "SFT+GRPO (step 2)"]
+    assert list(varied["reports"]) == ["never acts", "expert (code)", "SFT (step 1)", "SFT+GRPO (step 2)"]
     assert "base model (step 0)" not in out and "SFT+GRPO (step 2)" in out
     # the forked SFT step is the source's checkpoint: its evaluation is the source's, not a second sample
     assert varied["reports"]["SFT (step 1)"] == reports["SFT (step 1)"]

@@ -1,6 +1,7 @@
 """The evaluation a do-nothing policy cannot pass, through both doors, on retail: the library's `evaluate_model`
 and the evaluate flow's artifact both lead with pass^1 on tasks that need a write, report each category, and
-the flow shows the never-acts policy beside the base model on the same scenarios.
+the flow shows the never-acts policy (the floor) and the expert (the ceiling under the same max_turns) beside the
+base model on the same scenarios.
 
 The model is the tiny random one on the session's vLLM server: its numbers are a random model's; what is
 tested is that the categories and the headline reach the result and the artifact.
@@ -73,13 +74,16 @@ def test_both_doors_lead_with_write_pass_1_next_to_never_acts(
     assert "| never-acts (baseline) | - | val | 3 x 2 | 0.000 ± 0.000 |" in md
     assert "| never-acts (baseline) | write | 2 | 0.000 | 0.000 | 0.000 |" in md
     assert "| never-acts (baseline) | refuse | 1 | 1.000 | 1.000 | 1.000 |" in md
+    # the ceiling: the expert under the same max_turns (2: too few for its writes), stored beside never-acts
+    assert "| expert (baseline) | - | val | 3 x 2 | 0.000 ± 0.000 |" in md
     # which writes the two write tasks need, in both doors, with tries right per kind in the report
     assert flow.by_kind.keys() == library.by_kind.keys() and sum(k.scenarios for k in flow.by_kind.values()) == 2
-    assert f"| kind | tasks | never-acts (baseline) | {ep.model} |" in md
+    assert f"| kind | tasks | never-acts (baseline) | expert (baseline) | {ep.model} |" in md
     storage = Storage(run.storage_url)
     assert storage.read_text(f"{run.storage_url}/cs/models/agent/reports/eval-compare.md") == md
     never = storage.read_json(f"{run.storage_url}/cs/baselines/never-acts-retail/eval-val.json")
     assert never["headline"] == {"metric": "write pass^1", "value": 0.0, "stderr": 0.0, "with_yes": 0.0}
+    assert storage.read_json(f"{run.storage_url}/cs/baselines/expert-retail/eval-val.json")["model"] == "expert"
     # consent is counted the same through both doors, and shown beside the headline
     assert library.headline.with_yes is not None and flow.headline.with_yes is not None
     assert "| pass^1 with yes | unasked |" in md
