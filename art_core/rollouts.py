@@ -37,7 +37,8 @@ class RolloutSpec(BaseModel):
     change it, so step 0's rollouts stay cached.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # forbid: a misspelt field (`options=` for `env_options=`) would otherwise be dropped without a word
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     environment: str
     env_options: dict[str, Any] = Field(default_factory=dict)

@@ -7,7 +7,7 @@ import pytest
 
 from art_core.envs import load_environment
 from art_core.envs.base import Scenario
-from art_core.rollouts import group_seeds, reward_summary, scenarios_for_step, step_sampling
+from art_core.rollouts import RolloutSpec, group_seeds, reward_summary, scenarios_for_step, step_sampling
 from art_core.trajectories import Trajectory, TrajectoryGroup
 
 
@@ -18,6 +18,15 @@ def test_steps_draw_repeatable_and_then_fresh_scenarios():
     assert not set(ids(0)) & set(ids(1)), "a later step must see scenarios not seen yet"
     assert ids(0) != ids(0, seed=1)
     assert len(scenarios_for_step(env, "train", 1000, 4)) == 4
+
+
+def test_a_misspelt_rollout_field_is_refused_not_dropped():
+    """`options=` is not `env_options=`: silently dropped, the environment would run with its defaults."""
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError, match="options"):
+        RolloutSpec(environment="retail", options={"max_turns": 4})
+    assert RolloutSpec(environment="retail", env_options={"max_turns": 4}).load_environment().options.max_turns == 4
 
 
 def test_reward_summary_flags_groups_without_spread():
