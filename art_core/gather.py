@@ -200,7 +200,8 @@ class _Progress:
         self.requests = 0  # answered so far, from the heartbeat (StallReport.answered)
         self.bar = None
         if desc is not None:
-            self.bar = progress_bar(total=trajectories, desc=desc, unit="trajectory")
+            # no time left: the rollouts run concurrently and most finish near the end (progress.py)
+            self.bar = progress_bar(total=trajectories, desc=desc, unit="trajectory", eta=False)
 
     def trajectory(self, t: Trajectory) -> None:
         self.sums["reward"] += t.reward

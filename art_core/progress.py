@@ -4,10 +4,12 @@ On a terminal (or in a notebook) it is a tqdm bar redrawn in place. Anywhere els
 pipe, CI, a Prefect worker's log) a bar redrawn in place is a flood of carriage returns, so it prints one
 plain line every ART_PROGRESS_EVERY_S seconds (default 30) and a last one when it closes:
 
-    gather: 24/32 trajectory (75%) after 31s, about 10s left, groups=5/8, exceptions=0, reward=0.41
+    SFT m step 1: 4/128 conversation (3%) after 160s, about 83 min left, loss=0.31
 
 The time left is the rate so far (counted from the bar's start, so a resumed bar's `initial` is left out) times
-what remains: a log of an hour-long SFT epoch says when it will end, as tqdm's bar does on a terminal.
+what remains: a log of an hour-long SFT epoch says when it will end, as tqdm's bar does on a terminal. Work
+done concurrently says none (`eta=False`): a gather's rollouts all run at once and most finish near the end
+(a Gemma gather logged "7/64 after 390s, about 53 min left" and was done 97 s later).
 
     bar = progress_bar(total=32, desc="gather", unit="trajectory")
     bar.set_postfix({"groups": "5/8"}, refresh=False)
@@ -25,8 +27,11 @@ from typing import Any, TextIO
 DEFAULT_EVERY_S = 30.0
 
 
-def progress_bar(total: int, desc: str, unit: str = "it", initial: int = 0, file: TextIO | None = None) -> Any:
-    """A tqdm bar when `file` (default: stderr) is a terminal or a notebook's output, else a `LineProgress`.
+def progress_bar(
+    total: int, desc: str, unit: str = "it", initial: int = 0, file: TextIO | None = None, eta: bool = True
+) -> Any:
+    """A tqdm bar when `file` (default: stderr) is a terminal or a notebook's output, else a `LineProgress`;
+    `eta=False` for items done concurrently, whose count says nothing of the time left.
 
     >>> import io; type(progress_bar(3, "gather", file=io.StringIO())).__name__
     'LineProgress'
@@ -35,8 +40,9 @@ def progress_bar(total: int, desc: str, unit: str = "it", initial: int = 0, file
     if _draws_in_place(out):
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, unit=unit, initial=initial, file=file)
-    return LineProgress(total, desc, unit, initial=initial, file=out)
+        plain = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's default, less the time left
+        return tqdm(total=total, desc=desc, unit=unit, initial=initial, file=file, bar_format=None if eta else plain)
+    return LineProgress(total, desc, unit, initial=initial, file=out, eta=eta)
 
 
 def _draws_in_place(out: Any) -> bool:
@@ -82,8 +88,10 @@ class LineProgress:
         initial: int = 0,
         file: TextIO | None = None,
         every: float | None = None,
+        eta: bool = True,
     ) -> None:
         self.total, self.desc, self.unit, self.n, self.initial = total, desc, unit, initial, initial
+        self.eta = eta
         self.file = file if file is not None else sys.stderr
         self.every = every_s() if every is None else every
         self.postfix: dict[str, Any] = {}
@@ -114,7 +122,7 @@ class LineProgress:
         elapsed = time.monotonic() - self.started
         parts = [f"{self.desc}: {self.n}/{self.total} {self.unit}{share} after {elapsed:.0f}s"]
         done = self.n - self.initial
-        if 0 < done and self.n < self.total:
+        if self.eta and 0 < done and self.n < self.total:
             parts.append(f"about {duration(elapsed / done * (self.total - self.n))} left")
         parts += [f"{k}={v}" for k, v in self.postfix.items()]
         return ", ".join(parts)

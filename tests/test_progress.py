@@ -86,3 +86,32 @@ def test_a_line_says_how_long_is_left_at_the_rate_so_far(monkeypatch):
     resumed.update(40)
     resumed.close()  # done: nothing is left to estimate
     assert out.getvalue().splitlines()[-1] == "gather: 100/100 trajectory (100%) after 20s"
+
+
+def test_concurrent_work_says_no_time_left(monkeypatch):
+    """A gather's rollouts run at once and finish near the end: its count gives no rate, so its lines (and
+    tqdm's bar) leave the time out, while a loop's keep it."""
+    import art_core.progress as progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    bar = progress_bar(64, "gather", "trajectory", file=out, eta=False)
+    bar.update(7)
+    now[0] += 390
+    bar.refresh()
+    assert out.getvalue().splitlines()[-1] == "gather: 7/64 trajectory (11%) after 390s"
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    drawn = progress_bar(64, "gather", "trajectory", file=screen, eta=False)
+    drawn.update(7)
+    drawn.close()
+    assert "7/64" in screen.getvalue() and "<" not in screen.getvalue()  # tqdm draws the time left as "<mm:ss"
+    looped = progress_bar(64, "SFT", "conversation", file=Terminal())
+    looped.update(7)
+    assert "<" in str(looped)
+    looped.close()
