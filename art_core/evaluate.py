@@ -550,12 +550,9 @@ def never_acts_baseline(
     Headline(metric='write pass^1', value=0.0)
     """
     env = rollout.load_environment()
-    report, _ = run_sync(
-        evaluate_policy(
-            env, never_acts, split=split, scenarios=scenarios, trials=trials, success_threshold=success_threshold
-        )
+    return _policy_baseline(
+        storage_url, project, env, never_acts, NEVER_ACTS, split, scenarios, trials, success_threshold
     )
-    return _store_baseline(storage_url, project, f"{NEVER_ACTS}-{env.name}", split, report)
 
 
 def expert_baseline(
@@ -582,18 +579,28 @@ def expert_baseline(
     env = rollout.load_environment()
     if env.name not in EXPERTS:
         return None
+    policy = expert_policy(env.name)
+    return _policy_baseline(storage_url, project, env, policy, EXPERT, split, scenarios, trials, success_threshold)
+
+
+def _policy_baseline(
+    storage_url: str,
+    project: str,
+    env: Environment,
+    policy: Policy,
+    name: str,
+    split: str,
+    scenarios: int,
+    trials: int,
+    success_threshold: float,
+) -> EvalReport:
+    """A policy in code evaluated as `evaluate_policy` does, stored under `{project}/baselines/{name}-{env}/`."""
     report, _ = run_sync(
         evaluate_policy(
-            env,
-            expert_policy(env.name),
-            EXPERT,
-            split=split,
-            scenarios=scenarios,
-            trials=trials,
-            success_threshold=success_threshold,
+            env, policy, name, split=split, scenarios=scenarios, trials=trials, success_threshold=success_threshold
         )
     )
-    return _store_baseline(storage_url, project, f"{EXPERT}-{env.name}", split, report)
+    return _store_baseline(storage_url, project, f"{name}-{env.name}", split, report)
 
 
 def _store_baseline(storage_url: str, project: str, name: str, split: str, report: EvalReport) -> EvalReport:

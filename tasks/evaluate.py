@@ -148,10 +148,7 @@ def evaluate_never_acts(
         trials=trials,
         success_threshold=success_threshold,
     )
-    get_run_logger().info(
-        "never-acts on %s: %s %.3f, reward %.3f", split, report.headline.metric, report.headline.value, report.reward
-    )
-    return report
+    return _logged(report, split)
 
 
 @task(
@@ -181,8 +178,11 @@ def evaluate_expert(
         trials=trials,
         success_threshold=success_threshold,
     )
-    if report is not None:
-        get_run_logger().info(
-            "expert on %s: %s %.3f, reward %.3f", split, report.headline.metric, report.headline.value, report.reward
-        )
+    return None if report is None else _logged(report, split)
+
+
+def _logged(report: EvalReport, split: str) -> EvalReport:
+    """Log a policy-in-code baseline's headline and reward (never-acts, the expert); returns the report."""
+    h = report.headline
+    get_run_logger().info("%s on %s: %s %.3f, reward %.3f", report.model, split, h.metric, h.value, report.reward)
     return report
