@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
@@ -50,6 +52,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _process_pool_left_as_found(request):
+    """Stops the vLLM servers a test's flows started in the process-wide pool and left running.
+
+    A flow run without an inference_url starts its server in `PROCESS_POOL` (one per worker process), and
+    nothing stops it until the process ends: a later test of the same worker would then find it there (and
+    reuse it, or see it where it asserts that a refused run started none), so tests passed or failed by the
+    order xdist handed them out. Servers already there when the test began (a module fixture's) stay."""
+    serving = sys.modules.get("art_core.serving")
+    before = {id(s) for s in serving.PROCESS_POOL.servers()} if serving else set()
+    yield
+    serving = sys.modules.get("art_core.serving")
+    left = [s for s in serving.PROCESS_POOL.servers() if id(s) not in before] if serving else []
+    if left:
+        serving.PROCESS_POOL.close(only=left)  # stopped by their process ids
+        note = f"{request.node.nodeid} left {len(left)} vLLM server(s) running in PROCESS_POOL; stopped them"
+        warnings.warn(note, stacklevel=2)
 
 
 @pytest.fixture(scope="session")

@@ -98,3 +98,26 @@ def test_a_run_with_other_server_settings_restarts_the_pools_server_with_them():
     assert server.restarts == 1 and server.config.dtype == "float32"
     pool.get("/models/m", options={"dtype": "float32"})
     assert server.restarts == 1  # the same settings: kept running
+
+
+def test_closing_some_of_a_pools_servers_stops_only_those_it_started():
+    """close(only=...) stops the named servers the pool started and forgets them; the others keep running."""
+    from art_core.serving import ServerPool
+
+    class FakeServer:
+        def __init__(self, model):
+            self.config, self.stopped = ServerConfig(model=model), False
+
+        def stop(self):
+            self.stopped = True
+
+    pool = ServerPool()
+    started, kept, adopted = FakeServer("/models/a"), FakeServer("/models/b"), FakeServer("/models/c")
+    for server in (started, kept):
+        pool._servers[(server.config.model, 0)] = server
+        pool._owned.add(id(server))
+    pool.adopt(adopted)
+    pool.close(only=[started, adopted])
+    assert pool.servers() == [kept] and started.stopped and not kept.stopped and not adopted.stopped
+    pool.close()
+    assert pool.servers() == [] and kept.stopped
