@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.serving import Endpoint, ServerPool, _options_dict, discover_endpoint
+from art_core.serving import Endpoint, ServerPool, chosen_settings, discover_endpoint
 
 if TYPE_CHECKING:
     from art_core.envs.base import Scenario
@@ -132,7 +132,7 @@ class RayReplicaPool:
         ray = connect_ray(address)
         from art_core.replica import ReplicaActor
 
-        wanted = _options_dict(options)
+        wanted = chosen_settings(options)
         with self._lock:
             key = self._keys.setdefault(base_model, secrets.token_urlsafe(24))
             local = address is None  # our own one-node cluster: the replicas stay on loopback

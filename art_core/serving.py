@@ -207,7 +207,7 @@ class ServerPool:
         `replica` > 0 names further servers of the same model (each on a port of its own). `options` (a run's
         server settings, e.g. its dtype) apply to a server started here; a running server started with other
         settings is restarted with these (same port and key)."""
-        wanted = _options_dict(options)
+        wanted = chosen_settings(options)
         with self._lock:
             key = (self._key(base_model), replica)
             server = self._servers.get(key)
@@ -289,8 +289,13 @@ def endpoint_for(
     return Endpoint.of((pool or PROCESS_POOL).get(base_model, max_lora_rank=max_lora_rank, options=options))
 
 
-def _options_dict(options: "ServerOptions | dict[str, Any] | None") -> dict[str, Any]:
-    """The settings a user chose explicitly (unset fields keep the pool's and ServerConfig's defaults)."""
+def chosen_settings(options: "ServerOptions | dict[str, Any] | None") -> dict[str, Any]:
+    """The server settings a run chose explicitly, as ServerConfig fields (unset fields keep the pool's and
+    ServerConfig's defaults); what ServerPool and the Ray replicas compare with a running server's settings.
+
+    >>> chosen_settings({"dtype": "float32"})
+    {'dtype': 'float32'}
+    """
     if options is None:
         return {}
     if isinstance(options, dict):
