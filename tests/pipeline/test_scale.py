@@ -86,13 +86,17 @@ def test_rollouts_on_ray_spread_over_two_replicas_like_one(prefect_api, tiny_mod
     one server applied LoRA, and on an AMD EPYC (AVX512-BF16) that other arithmetic flipped a near-tie of
     the random model's logits in one rollout at step 2."""
     from art_core.fanout import Replicas, shutdown_ray
+    from art_core.serving import PROCESS_POOL
     from art_core.storage import Storage
     from art_pipeline.flows.train import train
 
     seeded = {"max_tokens": 8, "seed": 0}
     alike = {"dtype": "float32", "weight_swap": False}  # float32: bf16 logits depend on what shares a batch
     one = config(tiny_model_path, f"{s3_root}/one", "agent", sampling=seeded, server=alike)
-    train(one)
+    try:
+        train(one)
+    finally:
+        PROCESS_POOL.close()  # the one process's server, stopped by its pid before Ray's replicas start
     ray_cfg = config(
         tiny_model_path,
         f"{s3_root}/ray",
