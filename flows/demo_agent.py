@@ -258,7 +258,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     phases = {"model ready": time.perf_counter() - t0}
     mark = time.perf_counter()
     summary = train(config)  # demonstrations -> SFT epochs -> GRPO steps; a finished run comes from the cache
-    phases["demonstrations + SFT + GRPO"] = time.perf_counter() - mark
+    training = "demonstrations + SFT + GRPO"
+    phases[training] = time.perf_counter() - mark
+    # What the SFT epochs and the GRPO steps took of it (a run found in the cache: the times it was trained in).
+    inside = _training_seconds(summary, config)
     mark = time.perf_counter()
     sft_step = args.sft_epochs
     baseline = None if args.skip_base else 0
@@ -271,9 +274,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows += [] if args.skip_base else [("base model (step 0)", reports.pop(0))]
     rows += [(f"SFT (step {sft_step})", reports[0]), (f"SFT+GRPO (step {config.steps})", reports[1])]
     print(table(config, rows))
-    print("seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
+    within = {training: " (" + ", ".join(f"{k} {v:.0f}" for k, v in inside.items()) + ")"}
+    print("seconds per phase: " + ", ".join(f"{k} {v:.0f}{within.get(k, '')}" for k, v in phases.items()))
     print(f"total {time.perf_counter() - t0:.0f} s; checkpoints and reports: {summary.model_path}")
-    return {"train": summary, "reports": dict(rows), "phases": phases}
+    return {"train": summary, "reports": dict(rows), "phases": {**phases, **inside}}
+
+
+def _training_seconds(summary: Any, config: Any) -> dict[str, float]:
+    """Seconds of the run's SFT epochs (their history records) and GRPO steps (gather, score and train of each),
+    as first trained: a run found finished in the cache reports the times of the run that trained it."""
+    from art_core.store import ModelStore
+
+    store = ModelStore(config.storage_url, config.project, config.model)
+    epochs = {r["step"]: r["sft/seconds"] for r in store.read_history() if "sft/seconds" in r}
+    grpo = [s for s, kind in summary.phases.items() if kind == "grpo"]
+    return {
+        "SFT epochs": sum(epochs.get(s, 0.0) for s, kind in summary.phases.items() if kind == "sft"),
+        "GRPO steps": sum(sum(summary.phase_seconds.get(s, {}).values()) for s in grpo),
+    }
 
 
 async def _policies(config: Any) -> tuple[Any, Any]:

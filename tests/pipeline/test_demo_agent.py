@@ -40,6 +40,9 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     for label in ("never acts", "expert (code)", "base model (step 0)", "SFT (step 1)", "SFT+GRPO (step 2)"):
         assert label in out
     assert "headline: write pass^1" in out and "seconds per phase: model ready" in out
+    timed = result["phases"]  # the training flow's time split into its SFT epoch and GRPO step
+    assert 0 < timed["SFT epochs"] + timed["GRPO steps"] <= timed["demonstrations + SFT + GRPO"]
+    assert timed["SFT epochs"] > 0 and timed["GRPO steps"] > 0 and "(SFT epochs " in out
     kinds = out.split("## Per kind of write task")[1]  # the two write tasks' kinds, never-acts right in 0 tries
     assert "| never acts (baseline) | expert (code) (baseline) | base model (step 0) | SFT (step 1) |" in kinds
     assert set(never.by_kind) and all(f"| {kind} | " in kinds for kind in never.by_kind)
