@@ -239,10 +239,10 @@ class ServerPool:
     def close(self, only: "list[VLLMServer] | None" = None) -> None:
         """Stop the servers this pool started (adopted ones keep running) and forget them all; `only`: just
         these of the pool's servers."""
-        keep = None if only is None else {id(s) for s in only}
+        named = None if only is None else {id(s) for s in only}
         with self._lock:
             for key, server in list(self._servers.items()):
-                if keep is not None and id(server) not in keep:
+                if named is not None and id(server) not in named:
                     continue
                 if id(server) in self._owned:
                     server.stop()
