@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     training = "demonstrations + SFT + GRPO"
     phases[training] = time.perf_counter() - mark
     # What the SFT epochs and the GRPO steps took of it (a run found in the cache: the times it was trained in).
-    inside = _training_seconds(summary, config)
+    inside = _training_seconds(summary)
     mark = time.perf_counter()
     sft_step = args.sft_epochs
     baseline = None if args.skip_base else 0
@@ -280,16 +280,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {"train": summary, "reports": dict(rows), "phases": {**phases, **inside}}
 
 
-def _training_seconds(summary: Any, config: Any) -> dict[str, float]:
-    """Seconds of the run's SFT epochs (their history records) and GRPO steps (gather, score and train of each),
-    as first trained: a run found finished in the cache reports the times of the run that trained it."""
-    from art_core.store import ModelStore
-
-    store = ModelStore(config.storage_url, config.project, config.model)
-    epochs = {r["step"]: r["sft/seconds"] for r in store.read_history() if "sft/seconds" in r}
+def _training_seconds(summary: Any) -> dict[str, float]:
+    """Seconds of the run's SFT epochs and GRPO steps (gather, score and train of each), as first trained: a run
+    found finished reports the times of the run that trained it."""
     grpo = [s for s, kind in summary.phases.items() if kind == "grpo"]
     return {
-        "SFT epochs": sum(epochs.get(s, 0.0) for s, kind in summary.phases.items() if kind == "sft"),
+        "SFT epochs": sum(summary.sft.seconds.values()) if summary.sft else 0.0,
         "GRPO steps": sum(sum(summary.phase_seconds.get(s, {}).values()) for s in grpo),
     }
 

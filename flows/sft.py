@@ -68,12 +68,14 @@ class SFTRunConfig(_Strict):
 
 
 class SFTSummary(BaseModel):
-    """What an SFT run did: the checkpoint of each epoch, the loss, and which epochs were trained now."""
+    """What an SFT run did: the checkpoint of each epoch, the loss, its seconds, and which epochs were trained now."""
 
     start_step: int
     checkpoints: dict[int, str]
     losses: dict[int, float]
     trained_steps: list[int]
+    # Each epoch's training seconds; an epoch found done reports those of the run that trained it (its record).
+    seconds: dict[int, float] = {}
 
 
 @flow(name="sft", log_prints=True)
@@ -103,6 +105,7 @@ def _sft(config: SFTRunConfig, ref: ModelRef, store: ModelStore, check_lease: Ca
         result = state.result()
         summary.checkpoints[result.step] = result.checkpoint_uri
         summary.losses[result.step] = float(result.metrics.get("loss", result.metrics.get("sft/loss", 0.0)))
+        summary.seconds[result.step] = float(result.metrics.get("seconds", result.seconds))
         if result.trained:
             summary.trained_steps.append(result.step)
         print(

@@ -50,6 +50,7 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
 
     again = main(argv)  # finished: from the cache, nothing trained again
     assert again["train"].trained_steps == [] and again["train"].sft.trained_steps == []
+    assert again["phases"]["SFT epochs"] == timed["SFT epochs"]  # the times of the run that trained it
     capsys.readouterr()
 
     # A GRPO variant from the SFT epoch, under a new name: SFT is not trained again, the base not evaluated
