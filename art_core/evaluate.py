@@ -36,7 +36,14 @@ from art_core.adapters import adapter_rank, load_checkpoint
 from art_core.coroutines import run_sync
 from art_core.envs.base import Environment, Scenario
 from art_core.envs.customer_service.categories import CATEGORIES
-from art_core.envs.customer_service.policies import CannotDemonstrate, Policy, PolicyClient, never_acts
+from art_core.envs.customer_service.policies import (
+    CannotDemonstrate,
+    PerScenario,
+    Policy,
+    PolicyClient,
+    never_acts,
+    policy_for,
+)
 from art_core.envs.tool_use.episode import WRITES_WITHOUT_YES
 from art_core.persisted import Persisted
 from art_core.rollouts import RolloutSpec, reward_summary, rollout_groups
@@ -384,7 +391,7 @@ async def evaluate_model(
 
 async def evaluate_policy(
     env: Environment,
-    policy: "Policy",
+    policy: "Policy | PerScenario",
     name: str = NEVER_ACTS,
     *,
     split: str = "val",
@@ -407,7 +414,7 @@ async def evaluate_policy(
         attempts: list[Any] = []
         for _ in range(trials):
             try:
-                attempts.append(await env.rollout(PolicyClient(policy), name, s))
+                attempts.append(await env.rollout(PolicyClient(policy_for(policy, s)), name, s))
             except CannotDemonstrate as e:  # an expert that cannot play the task: a try that failed
                 attempts.append(e)
         groups.append(TrajectoryGroup(attempts, metadata={"scenario_id": s.id, "split": s.split}))
@@ -574,12 +581,12 @@ def expert_baseline(
     ...                 scenarios=40).by_category["write"].pass_k[1]                         # doctest: +SKIP
     0.8333333333333334
     """
-    from art_core.envs.customer_service.expert import EXPERTS, expert_policy
+    from art_core.envs.customer_service.expert import expert_of
 
     env = rollout.load_environment()
-    if env.name not in EXPERTS:
+    policy = expert_of(env)
+    if policy is None:
         return None
-    policy = expert_policy(env.name)
     return _policy_baseline(storage_url, project, env, policy, EXPERT, split, scenarios, trials, success_threshold)
 
 
@@ -587,7 +594,7 @@ def _policy_baseline(
     storage_url: str,
     project: str,
     env: Environment,
-    policy: Policy,
+    policy: Policy | PerScenario,
     name: str,
     split: str,
     scenarios: int,

@@ -12,6 +12,7 @@ GRPO run (backend.train, or the train flow) continues from it with its step numb
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -338,30 +339,39 @@ def _unfinished_stages(store: "ModelStore", data: str, latest: int) -> list[dict
 
 
 def store_expert_demonstrations(
-    storage_url: str, project: str, environment: str, split: str = "train", seed: int = 0, limit: int | None = None
+    storage_url: str,
+    project: str,
+    environment: str,
+    split: str = "train",
+    seed: int = 0,
+    limit: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> tuple[str, Any]:
-    """Build `environment`'s expert demonstrations (retail, airline: art_core.envs.customer_service.expert) and
-    write them as SFT JSONL under `{project}/demonstrations/` in storage; (their URI, the Demonstrations).
+    """Build `environment`'s expert demonstrations (retail, airline, tau2-retail, tau2-airline:
+    art_core.envs.customer_service.expert) and write them as SFT JSONL under `{project}/demonstrations/` in
+    storage; (their URI, the Demonstrations).
 
     `seed` is the environment's (it picks the database and the tasks, so it must be the one GRPO trains on);
-    `limit`: only the first N scenarios of `split`. The file's name ends with the digest of the expert's code
-    (`expert_fingerprint`): the same arguments and code write the same file, edited code another.
+    `limit`: only the first N scenarios of `split`; `options`: the environment's options, of which those the
+    demonstrations depend on are used (`demonstration_options`: tau2's data folder and limits). The file's name
+    ends with the digest of the expert's code (`expert_fingerprint`) and of those options: the same arguments
+    and code write the same file, edited code another.
 
     >>> uri, demos = store_expert_demonstrations("./.art", "cs", "retail", limit=4)   # doctest: +SKIP
     >>> uri   # './.art/cs/demonstrations/retail-train-seed0-first4-<digest>.jsonl' (absolute)  # doctest: +SKIP
     """
-    from art_core.envs.customer_service.expert import build_demonstrations, expert_fingerprint
+    from art_core.envs.customer_service.expert import build_demonstrations, demonstration_options, expert_fingerprint
     from art_core.storage import Storage
 
-    demos = build_demonstrations(environment, split, seed=seed, limit=limit)  # type: ignore[arg-type]
+    kept = demonstration_options(environment, options or {})
+    demos = build_demonstrations(environment, split, seed=seed, limit=limit, options=kept)  # type: ignore[arg-type]
     if not demos.rows:
         raise ValueError(f"no expert demonstration of {environment} {split}: {demos.summary()}")
     storage = Storage(storage_url)
-    name = (
-        f"{environment}-{split}-seed{seed}"
-        + (f"-first{limit}" if limit is not None else "")
-        + f"-{expert_fingerprint(environment)}.jsonl"
-    )
+    digest = expert_fingerprint(environment)
+    if kept:  # another data folder or limit: another file
+        digest += "-" + hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    name = f"{environment}-{split}-seed{seed}" + (f"-first{limit}" if limit is not None else "") + f"-{digest}.jsonl"
     uri = storage.join(project, "demonstrations", name)
     storage.write_text(uri, "".join(json.dumps(row) + "\n" for row in demos.rows))
     return uri, demos

@@ -220,7 +220,8 @@ class SFTStageConfig(SFTSpec):
 
     demonstrations: str = Field(
         "expert",
-        description="'expert': the environment's coded expert plays its scenarios (retail, airline), built once and "
+        description="'expert': the environment's coded expert plays its scenarios (retail, airline, tau2-retail, "
+        "tau2-airline), built once and "
         "cached in storage; otherwise a chat-format JSONL file (local path or s3://) to fine-tune on.",
     )
     demonstrations_split: Literal["train", "val", "test"] = Field(
@@ -397,12 +398,12 @@ class RunConfig(_Strict):
     def _sft_fits_the_run(self) -> "RunConfig":
         if self.sft is None:
             return self
-        from art_core.envs.customer_service.expert import EXPERTS
+        from art_core.envs.customer_service.expert import DEMONSTRATED
 
-        if self.sft.demonstrations == "expert" and self.environment.name not in EXPERTS:
+        if self.sft.demonstrations == "expert" and self.environment.name not in DEMONSTRATED:
             raise ValueError(
                 f"sft.demonstrations 'expert': environment {self.environment.name!r} has no expert (only "
-                f"{', '.join(EXPERTS)}); give a JSONL file of demonstrations instead"
+                f"{', '.join(DEMONSTRATED)}); give a JSONL file of demonstrations instead"
             )
         if self.steps < self.sft.epochs:
             raise ValueError(

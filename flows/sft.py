@@ -123,6 +123,8 @@ def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] 
     stage, store = config.sft, ref.store()
     data = stage.demonstrations
     if data == "expert":  # cached on (environment, split, seed, limit) and the expert's code: a rerun reads its file
+        from art_core.envs.customer_service.expert import demonstration_options
+
         build = with_result_storage(build_demonstrations, result_storage_for(config.storage_url))
         args = (
             config.storage_url,
@@ -131,6 +133,7 @@ def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] 
             stage.demonstrations_split,
             int(config.environment.options.get("seed", 0)),  # the environment's: it picks the database and tasks
             stage.demonstrations_limit,
+            demonstration_options(config.environment.name, config.environment.options),  # tau2's data folder
         )
         data = build(*args)
         if not store.storage.exists(data):  # the cache outlived its file: build it again

@@ -2,7 +2,7 @@
 idempotent by its checkpoint.
 
 `build_demonstrations` plays an environment's expert and writes the JSONL to storage; it is cached on its inputs
-(environment, split, seed, limit, where) and on the digest of the expert's code (an edited expert, tool or policy
+(environment, split, seed, limit, the options they depend on, where) and on the digest of the expert's code (an edited expert, tool or policy
 builds again), and returns the file's URI, never the conversations.
 
 Like train_step: if `checkpoints/{step+1:04d}` is complete the epoch is not trained again and the task
@@ -37,10 +37,17 @@ def _expert_code(context, parameters: dict) -> str:
     persist_result=True,
 )
 def build_demonstrations(
-    storage_url: str, project: str, environment: str, split: str = "train", seed: int = 0, limit: int | None = None
+    storage_url: str,
+    project: str,
+    environment: str,
+    split: str = "train",
+    seed: int = 0,
+    limit: int | None = None,
+    options: dict | None = None,
 ) -> str:
-    """The URI of `environment`'s expert demonstrations on `split` (the first `limit` scenarios), written to storage."""
-    uri, demos = store_expert_demonstrations(storage_url, project, environment, split, seed, limit)
+    """The URI of `environment`'s expert demonstrations on `split` (the first `limit` scenarios), written to storage.
+    `options`: the environment options they depend on (`demonstration_options`; tau2's data folder and limits)."""
+    uri, demos = store_expert_demonstrations(storage_url, project, environment, split, seed, limit, options)
     get_run_logger().info("%s\nwritten to %s", demos.summary(), uri)
     return uri
 

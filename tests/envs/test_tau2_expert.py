@@ -179,3 +179,35 @@ def test_the_command_serves_a_checkpoint_and_the_base_model_on_one_server_and_st
     assert "| agent, all | 3 |" in out and "| base, all | 3 |" in out and "| never-acts, all | 3 |" in out
     assert "max_steps 6 (tau2: 200)" in out
     assert set(live_servers()) == before
+
+
+def test_skip_judged_leaves_the_judged_tasks_out_of_every_split(envs, monkeypatch):
+    """The environment option a run without an LLM judge trains and evaluates with (`make demo-agent` on tau2):
+    no split holds a task whose reward would ask the judge."""
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    plain = envs["retail"]
+    skipping = expert.load_tau2_env("retail", skip_judged=True)
+    for split in ("train", "test"):
+        kept = [s.id for s in plain.scenarios(split) if not expert.needs_judge(s.data["task"])]
+        assert [s.id for s in skipping.scenarios(split)] == kept and len(kept) < len(plain.scenarios(split))
+    assert [s.id for s in skipping.scenarios("train")][:3] == ["0", "1", "6"]  # train 2-4 need the judge
+
+
+def test_the_expert_is_a_baseline_on_tau2_made_per_task(envs, monkeypatch):
+    """`expert_of` gives tau2 its expert made for each task from the gold actions, so the evaluation's ceiling row
+    exists there too; a task needing the judge it cannot score counts as a failed try, not a crash."""
+    from art_core.envs import load_environment
+    from art_core.envs.customer_service.expert import expert_of
+    from art_core.envs.customer_service.policies import PerScenario
+    from art_core.evaluate import EXPERT, evaluate_policy
+
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    env = envs["retail"]
+    policy = expert_of(env)
+    assert isinstance(policy, PerScenario)
+    report, _ = asyncio.run(evaluate_policy(env, policy, EXPERT, split="train", scenarios=6, trials=1))
+    got = report.per_scenario
+    assert [got[i] for i in ("0", "1", "6")] == [[1.0]] * 3  # played to the end, as demonstrated
+    assert [got[i] for i in ("2", "3", "4")] == [[]] * 3  # judged, no judge to score them: tries that failed
+    assert report.by_category["write"].scenarios == 6 and report.headline.value == 0.5  # 3 of the 6 writes
+    assert expert_of(load_environment("tic-tac-toe")) is None

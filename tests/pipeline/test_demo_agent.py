@@ -84,6 +84,10 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
     with pytest.raises(SystemExit):
         main(["--grpo-lr", "0", "--storage", str(tmp_path / "art")])
     assert "give a learning rate above 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--domain", "tau2-retail", "--train-reward", "safe_progress", "--storage", str(tmp_path / "art")])
+    assert "tau2-retail trains on tau2's own reward" in capsys.readouterr().err
+    assert not (tmp_path / "art").exists()
 
 
 def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tmp_path, tiny_model_path, monkeypatch):
@@ -95,3 +99,38 @@ def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tm
     with pytest.raises(PreflightError, match=r"fork_from.*retail-seed9.*no complete checkpoint"):
         main(argv)
     assert not (tmp_path / "art" / "demo-agent-tiny" / "models" / "variant").exists()
+
+
+@pytest.mark.slow
+def test_the_demo_trains_on_tau2s_own_tasks_and_tools(
+    prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
+):
+    """--domain tau2-retail: tau2's expert demonstrates train tasks on tau2's tools, SFT then GRPO train, and the
+    evaluation plays tau2's test tasks (those its LLM judge need not score) once each, with the never-acts floor
+    and tau2's expert as the ceiling."""
+    from art_core.envs.tau2.data import Tau2DataMissing, find_folder
+    from art_pipeline.flows.demo_agent import main
+
+    try:
+        find_folder("retail", None)
+    except Tau2DataMissing:  # pragma: no cover - the registry's tau2 data is part of make install
+        pytest.skip("tau2 data not installed")
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    monkeypatch.setenv("ART_INFERENCE_API_KEY", vllm_endpoint.api_key or "")
+    monkeypatch.setenv("ART_TINY_MODEL", tiny_model_path)
+    argv = ["--tiny", "--domain", "tau2-retail", "--storage", str(tmp_path / "art")]
+    argv += ["--inference-url", vllm_endpoint.base_url, "--demonstrations", "3", "--sft-epochs", "1"]
+    argv += ["--grpo-steps", "1", "--scenarios", "2", "--skip-base"]
+    result = main(argv)
+
+    summary = result["train"]
+    assert summary.phases == {1: "sft", 2: "grpo"} and summary.trained_steps == [2] and summary.sft.trained_steps == [1]
+    demos = list((tmp_path / "art" / "demo-agent-tiny" / "demonstrations").iterdir())
+    assert len(demos) == 1 and demos[0].name.startswith("tau2-retail-train-seed0-first3-")
+    rows = [json.loads(line) for line in demos[0].read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["0", "1", "6"]  # the first train tasks the judge need not score
+    reports = result["reports"]
+    assert list(reports) == ["never acts", "expert (code)", "SFT (step 1)", "SFT+GRPO (step 2)"]
+    for report in reports.values():  # tau2's first two unjudged test tasks, one try each (temperature 0)
+        assert report.split == "val" and report.trials == 1 and list(report.per_scenario) == ["5", "9"]
+    assert reports["never acts"].headline.value == 0.0 and reports["SFT (step 1)"].step == 1

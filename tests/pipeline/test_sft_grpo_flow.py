@@ -4,6 +4,8 @@ finished. Real Prefect test server, real vLLM, the tiny model (which learns noth
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -135,3 +137,43 @@ def test_cached_demonstrations_are_built_again_when_the_expert_changes(prefect_a
     second = build(storage, "pipe", "retail", "train", 0, 2)
     assert len(built) == 2 and second.endswith("retail-train-seed0-first2-0edited0code.jsonl")
     assert len(list((tmp_path / "runs" / "pipe" / "demonstrations").iterdir())) == 2  # the first file is kept
+
+
+@pytest.mark.filterwarnings("ignore:Logger 'prefect.task_runs' attempted to send logs")  # a task called outside a flow
+def test_tau2_demonstrations_are_played_on_tau2s_own_tools_and_keyed_on_its_options(
+    prefect_api, tiny_model_path, tmp_path, monkeypatch
+):
+    """sft.demonstrations 'expert' on tau2-retail: the form takes it, and the cached task plays tau2's expert with the
+    run's environment options it depends on (a file of its own per data folder, judge or judged tasks left out)."""
+    from art_core.envs.customer_service import expert
+    from art_core.envs.tau2.data import Tau2DataMissing
+    from art_pipeline.tasks import result_storage_for
+    from art_pipeline.tasks.sft import build_demonstrations
+
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    options = {"user": "scripted", "max_steps": 40, "skip_judged": True}
+    base = dict(model_path=tiny_model_path, storage_url=str(tmp_path), inference_url="http://127.0.0.1:1/v1")
+    try:
+        cfg = sft_run(**base, environment={"name": "tau2-retail", "options": options})
+    except ValidationError as e:
+        if "Tau2DataMissing" in str(e):  # pragma: no cover - the registry's tau2 data is part of make install
+            pytest.skip("tau2 data not installed")
+        raise
+    assert cfg.sft.demonstrations == "expert"
+    storage = str(tmp_path / "runs")
+    build = build_demonstrations.with_options(result_storage=result_storage_for(storage))
+    kept = expert.demonstration_options("tau2-retail", options)
+    try:
+        uri = build(storage, "pipe", "tau2-retail", "train", 0, 3, kept)
+    except Tau2DataMissing:  # pragma: no cover
+        pytest.skip("tau2 data not installed")
+    rows = [json.loads(line) for line in open(uri)]
+    assert [r["task_id"] for r in rows] == ["0", "1", "6"]  # train 2-4 need tau2's judge: left out by the option
+    tools = {t["function"]["name"] for t in rows[0]["tools"]}
+    assert "exchange_delivered_order_items" in tools and "transfer_to_human_agents" in tools  # tau2's own
+    assert rows[0]["messages"][0]["role"] == "system" and "retail agent" in rows[0]["messages"][0]["content"].lower()
+    fingerprint = expert.expert_fingerprint("tau2-retail")
+    assert f"tau2-retail-train-seed0-first3-{fingerprint}-" in uri
+    assert kept == {"skip_judged": True}  # the customer is always the scripted one, the limits tau2's own
+    other = build(storage, "pipe", "tau2-retail", "train", 0, 3, {"skip_judged": False})
+    assert other != uri and build(storage, "pipe", "tau2-retail", "train", 0, 3, kept) == uri  # cached

@@ -52,6 +52,20 @@ Play = Generator["Say | Call", str, None]  # yields the agent's turns, receives 
 Policy = Callable[[str], Play]  # the customer's opening message -> the episode's play
 
 
+@dataclass(frozen=True)
+class PerScenario:
+    """A policy in code made for each scenario: tau2's expert, which knows its task's gold actions (tau2's tasks
+    are free text no rule can read), is one. `play_policy` and `art_core.evaluate.evaluate_policy` take it
+    where they take a `Policy`."""
+
+    make: Callable[[Scenario], Policy]
+
+
+def policy_for(policy: "Policy | PerScenario", scenario: Scenario) -> Policy:
+    """The policy that plays `scenario`: `policy` itself, or the one a `PerScenario` makes for it."""
+    return policy.make(scenario) if isinstance(policy, PerScenario) else policy
+
+
 class CannotDemonstrate(Exception):
     """The policy met something it cannot handle within its rules; the message says what."""
 
@@ -148,7 +162,9 @@ class ReplayClient:
         return _completion(turn, self.turns, model)
 
 
-def play_policy(env: Environment, scenarios: list[Scenario], policy: Policy) -> list[Trajectory | CannotDemonstrate]:
+def play_policy(
+    env: Environment, scenarios: list[Scenario], policy: "Policy | PerScenario"
+) -> list[Trajectory | CannotDemonstrate]:
     """Each scenario played once by `policy` through `env.rollout`, in order: the scored trajectory, or the
     `CannotDemonstrate` the policy raised (any other exception propagates).
 
@@ -158,7 +174,7 @@ def play_policy(env: Environment, scenarios: list[Scenario], policy: Policy) -> 
 
     async def one(scenario: Scenario) -> Trajectory | CannotDemonstrate:
         try:
-            return await env.rollout(PolicyClient(policy), "policy", scenario)
+            return await env.rollout(PolicyClient(policy_for(policy, scenario)), "policy", scenario)
         except CannotDemonstrate as e:
             return e
 

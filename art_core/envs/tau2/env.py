@@ -33,7 +33,7 @@ from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.users import LLMUserSettings
 from art_core.envs.tau2.customer import ScriptedTau2User
 from art_core.envs.tau2.data import Tau2Data, find_folder, load_tau2_data
-from art_core.envs.tau2.reward import GoldReplay, gold_replay, score
+from art_core.envs.tau2.reward import GoldReplay, gold_replay, needs_judge, score
 from art_core.envs.tau2.user import GREETING, STOP_SIGNALS, Tau2User, default_user_settings
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
@@ -79,6 +79,9 @@ class Tau2Options(BaseModel):
     max_steps: int = Field(200, ge=2)  # messages before the run is cut off (scored 0)
     max_errors: int = Field(10, ge=1)  # failed tool calls before the run is cut off (scored 0)
     eval_tasks: Literal["test", "base"] = "test"  # what "test" (and "val") hold: tau2's test split or all tasks
+    # leave out of every split the tasks whose reward asks the NL-assertion judge (an LLM): training or
+    # evaluating where none can be reached (a run on such a task would end in a JudgeError)
+    skip_judged: bool = False
     force_tool_calls: bool = False  # test models: constrain each agent turn with a vLLM structured-outputs regex
     forced_message_chars: int = Field(
         0, ge=0
@@ -137,7 +140,10 @@ class Tau2Env(Environment):
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)
         key = "train" if split == "train" else self.options.eval_tasks
-        return [Scenario(id=i, split=split, data={"task": self.data.tasks[i]}) for i in self.data.splits[key]]
+        ids = self.data.splits[key]
+        if self.options.skip_judged:
+            ids = [i for i in ids if not needs_judge(self.data.tasks[i])]
+        return [Scenario(id=i, split=split, data={"task": self.data.tasks[i]}) for i in ids]
 
     def scenario_category(self, scenario: Scenario) -> str:
         """`write` when a gold action is one of the domain's write tools, else `answer` when the task wants

@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import re
+from pathlib import Path
 
 from typing import Any
 
@@ -43,14 +44,16 @@ from art_core.envs.customer_service.expert import (
 from art_core.envs.customer_service.policies import CannotDemonstrate, Play, PolicyClient, ask
 from art_core.envs.tau2.customer import scenario_text
 from art_core.envs.tau2.env import Tau2Env
+from art_core.envs.tau2.reward import needs_judge
 from art_core.envs.tool_use.tools import fresh_copy
 from art_core.trajectories import Trajectory
 
-__all__ = ["build_tau2_demonstrations", "load_tau2_env", "replay_demonstration", "tau2_expert"]
+__all__ = ["build_tau2_demonstrations", "load_tau2_env", "needs_judge", "replay_demonstration", "tau2_expert"]
 
 CONFIRM = "Shall I proceed? (yes/no)"
 TRANSFER_MESSAGE = "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."  # tau2's policy wording
 DECLINE = "I'm sorry, but I cannot do that: our policy does not allow it."
+NO_JUDGE = "needs tau2's NL-assertion judge: an LLM, none configured"
 FREE_TEXT = ("summary",)  # arguments in the agent's own words, checked for ids only
 
 
@@ -59,11 +62,6 @@ def load_tau2_env(domain: str, **options: Any) -> Tau2Env:
     from art_core.envs import load_environment
 
     return load_environment(f"tau2-{domain}", user="scripted", **options)
-
-
-def needs_judge(task: dict[str, Any]) -> bool:
-    criteria = task.get("evaluation_criteria") or {}
-    return "NL_ASSERTION" in (criteria.get("reward_basis") or []) and bool(criteria.get("nl_assertions"))
 
 
 def _words(name: str) -> str:
@@ -334,9 +332,17 @@ def _enum_values(node: Any) -> list[Any]:
 
 
 def tau2_expert(env: Tau2Env, scenario: Scenario):
-    """The expert policy of one scenario (a `Policy` for `PolicyClient`)."""
+    """The expert policy of one scenario (a `Policy` for `PolicyClient`). Raises `CannotDemonstrate` for a task
+    whose reward needs tau2's NL-assertion judge when none is configured: its episode could not be scored."""
     task = scenario.data.get("task") or env.data.tasks[scenario.id]
+    if needs_judge(task) and not has_judge(env):
+        raise CannotDemonstrate(NO_JUDGE)
     return Tau2Expert(env, task).policy
+
+
+def has_judge(env: Tau2Env) -> bool:
+    """Whether `env` can score a task that needs the NL-assertion judge (its `judge`, or ART_JUDGE_MODEL)."""
+    return env.options.judge is not None or bool(os.environ.get("ART_JUDGE_MODEL"))
 
 
 def play_expert(env: Tau2Env, scenario: Scenario) -> Trajectory | CannotDemonstrate:
@@ -348,7 +354,7 @@ def play_expert(env: Tau2Env, scenario: Scenario) -> Trajectory | CannotDemonstr
 
 
 def build_tau2_demonstrations(
-    domain: str, split: Split = "train", *, limit: int | None = None, out: str | None = None, **options: Any
+    domain: str, split: Split = "train", *, limit: int | None = None, out: str | Path | None = None, **options: Any
 ) -> Demonstrations:
     """Play every task of tau2's `split` with its expert; keep the conversations the environment scores 1.0.
 
@@ -356,13 +362,8 @@ def build_tau2_demonstrations(
     >>> demos.skip_counts()                                                       # doctest: +SKIP
     """
     env = load_tau2_env(domain, **options)
-    judged = env.options.judge is not None or bool(os.environ.get("ART_JUDGE_MODEL"))
     demos = Demonstrations(f"tau2-{domain}", split)
     for scenario in env.scenarios(split)[:limit]:
-        task = scenario.data["task"]
-        if needs_judge(task) and not judged:
-            demos.skipped[scenario.id] = "needs tau2's NL-assertion judge: an LLM, none configured"
-            continue
         result = play_expert(env, scenario)
         if isinstance(result, CannotDemonstrate):
             demos.skipped[scenario.id] = str(result)

@@ -45,6 +45,12 @@ class GoldReplay:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (action name, error text)
 
 
+def needs_judge(task: dict[str, Any]) -> bool:
+    """Whether the task's reward asks tau2's NL-assertion judge (an LLM) about the conversation."""
+    criteria = task.get("evaluation_criteria") or {}
+    return "NL_ASSERTION" in (criteria.get("reward_basis") or []) and bool(criteria.get("nl_assertions"))
+
+
 def gold_replay(
     tools: dict[str, ToolFn], initial_db: dict[str, Any], actions: list[dict[str, Any]] | None
 ) -> GoldReplay:
