@@ -55,7 +55,7 @@ from art_core.trajectories import TrajectoryGroup
 
 HEADLINE_CATEGORY = "write"  # where the environment has categories, the headline is pass^1 on these tasks
 NEVER_ACTS = "never-acts"  # the name the never-acts baseline is reported under
-EXPERT = "expert"  # the name the expert's evaluation (retail, airline) is reported under
+EXPERT = "expert"  # the name the expert's evaluation (retail, airline, tau2) is reported under
 UNASKED = WRITES_WITHOUT_YES  # the episode loop's metric: successful writes the customer had not agreed to
 
 

@@ -7,7 +7,7 @@ input), so neither does its evaluation, until the environment's code does (`art_
 an edited reward, customer or tool is evaluated again, not answered from the cache). A step's report goes to `eval/{step:04d}.json` and history.jsonl; a prompted
 baseline's (any model behind an OpenAI-compatible URL, key from ART_BASELINE_API_KEY) to
 `{project}/baselines/{model}/eval-{split}.json`; the never-acts policy's (no server) to
-`{project}/baselines/never-acts-{environment}/eval-{split}.json`; the expert's (retail, airline) to
+`{project}/baselines/never-acts-{environment}/eval-{split}.json`; the expert's (retail, airline, tau2) to
 `{project}/baselines/expert-{environment}/eval-{split}.json`.
 """
 
@@ -166,7 +166,7 @@ def evaluate_expert(
     trials: int = 1,
     success_threshold: float = 1.0,
 ) -> EvalReport | None:
-    """The ceiling on the same scenarios: the domain's expert in code (retail, airline; None elsewhere) under the
+    """The ceiling on the same scenarios: the domain's expert in code (retail, airline, tau2; None elsewhere) under the
     run's own limits, played through the environment (no server). A write task it fails there (cut by
     max_turns) is out of reach for a model trained on its demonstrations."""
     report = expert_baseline(
