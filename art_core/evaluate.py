@@ -581,7 +581,7 @@ def expert_baseline(
     ...                 scenarios=40).by_category["write"].pass_k[1]                         # doctest: +SKIP
     0.8333333333333334
     """
-    from art_core.envs.customer_service.expert import expert_of
+    from art_core.envs.experts import expert_of
 
     env = rollout.load_environment()
     policy = expert_of(env)

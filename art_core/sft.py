@@ -348,7 +348,7 @@ def store_expert_demonstrations(
     options: dict[str, Any] | None = None,
 ) -> tuple[str, Any]:
     """Build `environment`'s expert demonstrations (retail, airline, tau2-retail, tau2-airline:
-    art_core.envs.customer_service.expert) and write them as SFT JSONL under `{project}/demonstrations/` in
+    art_core.envs.experts) and write them as SFT JSONL under `{project}/demonstrations/` in
     storage; (their URI, the Demonstrations).
 
     `seed` is the environment's (it picks the database and the tasks, so it must be the one GRPO trains on);
@@ -360,7 +360,7 @@ def store_expert_demonstrations(
     >>> uri, demos = store_expert_demonstrations("./.art", "cs", "retail", limit=4)   # doctest: +SKIP
     >>> uri   # './.art/cs/demonstrations/retail-train-seed0-first4-<digest>.jsonl' (absolute)  # doctest: +SKIP
     """
-    from art_core.envs.customer_service.expert import build_demonstrations, demonstration_options, expert_fingerprint
+    from art_core.envs.experts import build_demonstrations, demonstration_options, expert_fingerprint
     from art_core.storage import Storage
 
     kept = demonstration_options(environment, options or {})

@@ -398,7 +398,7 @@ class RunConfig(_Strict):
     def _sft_fits_the_run(self) -> "RunConfig":
         if self.sft is None:
             return self
-        from art_core.envs.customer_service.expert import DEMONSTRATED
+        from art_core.envs.experts import DEMONSTRATED
 
         if self.sft.demonstrations == "expert" and self.environment.name not in DEMONSTRATED:
             raise ValueError(

@@ -341,7 +341,7 @@ async def _policies(config: Any) -> tuple[Any, Any]:
     """The never-acts policy (the floor) and the domain's expert (the ceiling under the same max_turns) on the
     evaluation's tasks, played without a server."""
     from art_core.envs import load_environment
-    from art_core.envs.customer_service.expert import expert_of
+    from art_core.envs.experts import expert_of
     from art_core.envs.customer_service.policies import never_acts
     from art_core.evaluate import EXPERT, evaluate_policy
 

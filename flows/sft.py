@@ -123,7 +123,7 @@ def sft_stage(config: RunConfig, ref: ModelRef, check_lease: Callable[[], None] 
     stage, store = config.sft, ref.store()
     data = stage.demonstrations
     if data == "expert":  # cached on (environment, split, seed, limit) and the expert's code: a rerun reads its file
-        from art_core.envs.customer_service.expert import demonstration_options
+        from art_core.envs.experts import demonstration_options
 
         build = with_result_storage(build_demonstrations, result_storage_for(config.storage_url))
         args = (

@@ -25,7 +25,7 @@ from art_pipeline.tasks.results import cached_on, step_run_name, train_step_stat
 
 
 def _expert_code(context, parameters: dict) -> str:
-    from art_core.envs.customer_service.expert import expert_fingerprint
+    from art_core.envs.experts import expert_fingerprint
 
     return expert_fingerprint(parameters["environment"])
 

@@ -197,7 +197,7 @@ def test_the_expert_is_a_baseline_on_tau2_made_per_task(envs, monkeypatch):
     """`expert_of` gives tau2 its expert made for each task from the gold actions, so the evaluation's ceiling row
     exists there too; a task needing the judge it cannot score counts as a failed try, not a crash."""
     from art_core.envs import load_environment
-    from art_core.envs.customer_service.expert import expert_of
+    from art_core.envs.experts import expert_of
     from art_core.envs.customer_service.policies import PerScenario
     from art_core.evaluate import EXPERT, evaluate_policy
 

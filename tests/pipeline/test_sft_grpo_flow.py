@@ -145,7 +145,7 @@ def test_tau2_demonstrations_are_played_on_tau2s_own_tools_and_keyed_on_its_opti
 ):
     """sft.demonstrations 'expert' on tau2-retail: the form takes it, and the cached task plays tau2's expert with the
     run's environment options it depends on (a file of its own per data folder, judge or judged tasks left out)."""
-    from art_core.envs.customer_service import expert
+    from art_core.envs import experts
     from art_core.envs.tau2.data import Tau2DataMissing
     from art_pipeline.tasks import result_storage_for
     from art_pipeline.tasks.sft import build_demonstrations
@@ -162,7 +162,7 @@ def test_tau2_demonstrations_are_played_on_tau2s_own_tools_and_keyed_on_its_opti
     assert cfg.sft.demonstrations == "expert"
     storage = str(tmp_path / "runs")
     build = build_demonstrations.with_options(result_storage=result_storage_for(storage))
-    kept = expert.demonstration_options("tau2-retail", options)
+    kept = experts.demonstration_options("tau2-retail", options)
     try:
         uri = build(storage, "pipe", "tau2-retail", "train", 0, 3, kept)
     except Tau2DataMissing:  # pragma: no cover
@@ -172,7 +172,7 @@ def test_tau2_demonstrations_are_played_on_tau2s_own_tools_and_keyed_on_its_opti
     tools = {t["function"]["name"] for t in rows[0]["tools"]}
     assert "exchange_delivered_order_items" in tools and "transfer_to_human_agents" in tools  # tau2's own
     assert rows[0]["messages"][0]["role"] == "system" and "retail agent" in rows[0]["messages"][0]["content"].lower()
-    fingerprint = expert.expert_fingerprint("tau2-retail")
+    fingerprint = experts.expert_fingerprint("tau2-retail")
     assert f"tau2-retail-train-seed0-first3-{fingerprint}-" in uri
     assert kept == {"skip_judged": True}  # the customer is always the scripted one, the limits tau2's own
     other = build(storage, "pipe", "tau2-retail", "train", 0, 3, {"skip_judged": False})

@@ -34,7 +34,6 @@ from art_core.envs.base import Scenario, Split
 from art_core.envs.customer_service.categories import scenario_category
 from art_core.envs.customer_service.policies import (
     CannotDemonstrate,
-    PerScenario,
     Policy,
     ReplayClient,
     never_acts,
@@ -44,9 +43,6 @@ from art_core.envs.customer_service.policies import (
 from art_core.trajectories import Trajectory
 
 EXPERTS = {"retail": "art_core.envs.retail.expert", "airline": "art_core.envs.airline.expert"}
-# tau2-bench's domains: an expert per task, derived from its gold actions (art_core.envs.tau2.expert)
-TAU2_EXPERTS = {"tau2-retail": "retail", "tau2-airline": "airline"}
-DEMONSTRATED = (*EXPERTS, *TAU2_EXPERTS)  # the environments whose demonstrations `build_demonstrations` plays
 MAX_TURNS = 30  # the environment's default; the longest expert conversation takes 14 agent turns
 
 
@@ -57,18 +53,6 @@ def expert_policy(domain: str) -> Policy:
     return importlib.import_module(EXPERTS[domain]).play
 
 
-def expert_of(env: Any) -> Policy | PerScenario | None:
-    """The expert that plays `env`'s scenarios: its domain's (retail, airline), tau2's made per task from the
-    task's gold actions (tau2-retail, tau2-airline), or None for an environment without one."""
-    if env.name in EXPERTS:
-        return expert_policy(env.name)
-    if env.name in TAU2_EXPERTS:
-        from art_core.envs.tau2.expert import tau2_expert
-
-        return PerScenario(lambda scenario: tau2_expert(env, scenario))
-    return None
-
-
 # what a domain's demonstrations depend on besides its own package: the episode loop, the scripted customer, tool
 # plumbing, and tau2's calculator (the airline's `calculate`)
 _SHARED_SOURCES = ("customer_service", "tool_use", "tau2/toolkit.py")
@@ -76,41 +60,23 @@ _SHARED_SOURCES = ("customer_service", "tool_use", "tau2/toolkit.py")
 
 def expert_fingerprint(domain: str) -> str:
     """A digest of the code and text a domain's demonstrations come from (its package: expert, tools, scenarios,
-    policy; the shared episode loop and customer; for tau2-retail and tau2-airline the tau2 package, whose data
-    is the installed registry package's). Another digest means other demonstrations: the pipeline's cached
-    demonstrations are keyed on it, so editing an expert or a tool is never answered with the old file.
+    policy; the shared episode loop and customer). Another digest means other demonstrations: the pipeline's
+    cached demonstrations are keyed on it, so editing an expert or a tool is never answered with the old file.
+    (`art_core.envs.experts.expert_fingerprint` covers tau2's too.)
 
     >>> expert_fingerprint("airline")   # 12 hex digits  # doctest: +SKIP
     """
+    if domain not in EXPERTS:
+        raise ValueError(f"no expert for {domain!r}: use one of {', '.join(EXPERTS)}")
+    return shared_digest(domain)
+
+
+def shared_digest(package: str) -> str:
+    """source_digest of art_core.envs' `package` folder with the sources every expert's episodes share."""
     from art_core.envs import source_digest
 
-    if domain not in DEMONSTRATED:
-        raise ValueError(f"no expert for {domain!r}: use one of {', '.join(DEMONSTRATED)}")
     envs = Path(__file__).resolve().parent.parent
-    own = "tau2" if domain in TAU2_EXPERTS else domain
-    return source_digest([envs / part for part in dict.fromkeys((own, *_SHARED_SOURCES))], envs)
-
-
-# the tau2 options its demonstrations depend on: its data, its judge, the judged tasks left out or not. Not the
-# customer (always the scripted one) nor a run's limits: the expert plays under tau2's own, as the generated
-# domains' expert plays under MAX_TURNS whatever a run's max_turns, so a cap meant for the model cuts no
-# demonstration short.
-_TAU2_DEMONSTRATION_OPTIONS = ("data_dir", "judge", "skip_judged")
-
-
-def demonstration_options(domain: str, options: dict[str, Any]) -> dict[str, Any]:
-    """What of an environment's `options` its demonstrations depend on: nothing for retail and airline (their
-    expert plays with the scripted customer and its own turn limit; the seed is passed on its own), tau2's data
-    folder, judge and `skip_judged` for tau2-retail and tau2-airline.
-
-    >>> demonstration_options("retail", {"seed": 0, "max_turns": 10, "train_reward": "progress"})
-    {}
-    >>> demonstration_options("tau2-retail", {"user": "scripted", "max_steps": 30, "skip_judged": True})
-    {'skip_judged': True}
-    """
-    if domain not in TAU2_EXPERTS:
-        return {}
-    return {k: v for k, v in options.items() if k in _TAU2_DEMONSTRATION_OPTIONS}
+    return source_digest([envs / part for part in dict.fromkeys((package, *_SHARED_SOURCES))], envs)
 
 
 def load_env(domain: str, seed: int = 0) -> Any:
@@ -277,29 +243,16 @@ def demonstration_row(trajectory: Trajectory, scenario: Scenario, category: str 
 
 
 def build_demonstrations(
-    domain: str,
-    split: Split = "train",
-    *,
-    seed: int = 0,
-    limit: int | None = None,
-    out: str | Path | None = None,
-    options: dict[str, Any] | None = None,
+    domain: str, split: Split = "train", *, seed: int = 0, limit: int | None = None, out: str | Path | None = None
 ) -> Demonstrations:
     """Play every scenario of `split` (the first `limit`) with the domain's expert; keep the ones scored 1.0.
 
     Raises if a kept demonstration uses a value the conversation had not shown (a bug in the expert). A scenario
     the expert declines (`CannotDemonstrate`) or plays to a reward below 1.0 is skipped with its reason.
-    `domain` is one of DEMONSTRATED: for tau2-retail and tau2-airline the tau2 expert plays, on tau2's own tools,
-    with the environment `options` that `demonstration_options` keeps (`art_core.envs.tau2.expert`).
 
     >>> demos = build_demonstrations("airline", limit=20, out="airline.jsonl")     # doctest: +SKIP
     >>> print(demos.summary())                                                     # doctest: +SKIP
     """
-    if domain in TAU2_EXPERTS:
-        from art_core.envs.tau2.expert import build_tau2_demonstrations
-
-        kept = demonstration_options(domain, options or {})
-        return build_tau2_demonstrations(TAU2_EXPERTS[domain], split, limit=limit, out=out, **kept)
     env = load_env(domain, seed)
     scenarios = env.scenarios(split)[:limit]
     demos = Demonstrations(domain, split)
