@@ -353,7 +353,7 @@ def store_expert_demonstrations(
 
     `seed` is the environment's (it picks the database and the tasks, so it must be the one GRPO trains on);
     `limit`: only the first N scenarios of `split`; `options`: the environment's options, of which those the
-    demonstrations depend on are used (`demonstration_options`: tau2's data folder and limits). The file's name
+    demonstrations depend on are used (`demonstration_options`: tau2's data folder, judge and skip_judged). The file's name
     ends with the digest of the expert's code (`expert_fingerprint`) and of those options: the same arguments
     and code write the same file, edited code another.
 
@@ -369,7 +369,7 @@ def store_expert_demonstrations(
         raise ValueError(f"no expert demonstration of {environment} {split}: {demos.summary()}")
     storage = Storage(storage_url)
     digest = expert_fingerprint(environment)
-    if kept:  # another data folder or limit: another file
+    if kept:  # another data folder, judge or set of tasks: another file
         digest += "-" + hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:8]
     name = f"{environment}-{split}-seed{seed}" + (f"-first{limit}" if limit is not None else "") + f"-{digest}.jsonl"
     uri = storage.join(project, "demonstrations", name)

@@ -2,8 +2,8 @@
 idempotent by its checkpoint.
 
 `build_demonstrations` plays an environment's expert and writes the JSONL to storage; it is cached on its inputs
-(environment, split, seed, limit, the options they depend on, where) and on the digest of the expert's code (an edited expert, tool or policy
-builds again), and returns the file's URI, never the conversations.
+(environment, split, seed, limit, the options they depend on, where) and on the digest of the expert's code (an
+edited expert, tool or policy builds again), and returns the file's URI, never the conversations.
 
 Like train_step: if `checkpoints/{step+1:04d}` is complete the epoch is not trained again and the task
 ends `Cached`; otherwise the adapter of checkpoint `step` is fine-tuned on the epoch's examples and
@@ -46,7 +46,7 @@ def build_demonstrations(
     options: dict | None = None,
 ) -> str:
     """The URI of `environment`'s expert demonstrations on `split` (the first `limit` scenarios), written to storage.
-    `options`: the environment options they depend on (`demonstration_options`; tau2's data folder and limits)."""
+    `options`: the environment options they depend on (`demonstration_options`; tau2's data folder, judge and skip_judged)."""
     uri, demos = store_expert_demonstrations(storage_url, project, environment, split, seed, limit, options)
     get_run_logger().info("%s\nwritten to %s", demos.summary(), uri)
     return uri

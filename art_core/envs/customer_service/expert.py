@@ -76,7 +76,7 @@ def shared_digest(package: str) -> str:
     from art_core.envs import source_digest
 
     envs = Path(__file__).resolve().parent.parent
-    return source_digest([envs / part for part in dict.fromkeys((package, *_SHARED_SOURCES))], envs)
+    return source_digest([envs / part for part in (package, *_SHARED_SOURCES)], envs)
 
 
 def load_env(domain: str, seed: int = 0) -> Any:
