@@ -111,7 +111,7 @@ class Headline(Persisted):
 
 
 class EvalReport(Persisted):
-    """What one evaluation measured; stored as `eval/{step:04d}.json`."""
+    """What one evaluation measured; stored as `eval/{step:04d}.json` (on val; `eval/{split}/{step:04d}.json` else)."""
 
     model: str = Field(description="The served name evaluated, e.g. agent@3 or the base model.")
     step: int
@@ -467,8 +467,9 @@ def evaluate_step(
     trials: int = 1,
     success_threshold: float = 1.0,
 ) -> EvalReport:
-    """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json`, the
-    rollouts under `trajectories/{split}/`, and `{split}/reward`, `{split}/pass^k` in history.jsonl.
+    """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json` (on val;
+    `eval/{split}/{step}.json` on another split), the rollouts under `trajectories/{split}/`, and
+    `{split}/reward`, `{split}/pass^k` in history.jsonl.
 
     `endpoint(rank)` gives the server to sample from, able to serve adapters of LoRA rank `rank`.
     """
@@ -489,7 +490,7 @@ def evaluate_step(
         )
     )
     report.settings = evaluation_settings(rollout, split, scenarios, trials, success_threshold)
-    store.write_eval(step, report.model_dump(mode="json"))
+    store.write_eval(step, report.model_dump(mode="json"), split)
     store.write_groups(store.trajectories(split, step), groups)
     store.record(step, eval_metrics(report), prefix=f"{split}/")
     return report

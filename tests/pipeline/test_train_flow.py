@@ -328,6 +328,24 @@ def test_evaluate_flow_compares_steps_with_the_base_model(trained):
     assert "(baseline)" in md and "pass^2" in md and "agent@3" in md
 
 
+def test_evaluating_a_step_on_another_split_keeps_its_val_report(trained):
+    """Step 3 evaluated on train after the run evaluated it on val: both reports stay, each under its split, so
+    the run's curves, its model card and a resume still read val's."""
+    from art_core.store import ModelStore
+    from art_pipeline.flows.config import EvaluateConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
+
+    cfg, summary, _, _ = trained
+    on_train = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"split": "train"})})
+    (report,) = evaluate_flow(EvaluateConfig(run=on_train, steps=[3], baseline_step=None))
+    assert report.split == "train" and report.step == 3
+    store = ModelStore(cfg.storage_url, cfg.project, cfg.model)
+    val = store.read_eval(3)
+    assert val["split"] == "val" and val["reward"] == pytest.approx(summary.evaluations[3])
+    assert store.read_eval(3, "train")["split"] == "train"
+    assert [r["split"] for r in store.read_evals()] == ["val"] * len(store.read_evals())
+
+
 def test_evaluate_flow_takes_a_prompted_model_as_baseline(trained, vllm_endpoint, monkeypatch):
     """Any model behind an OpenAI-compatible URL; here the base model on the session server, by its name."""
     from art_pipeline.flows.config import EvaluateConfig
