@@ -111,7 +111,7 @@ class Headline(Persisted):
 
 
 class EvalReport(Persisted):
-    """What one evaluation measured; stored as `eval/{step:04d}.json`."""
+    """What one evaluation measured; stored as `eval/{step:04d}.json` (on val; `eval/{split}/{step:04d}.json` else)."""
 
     model: str = Field(description="The served name evaluated, e.g. agent@3 or the base model.")
     step: int
@@ -467,8 +467,9 @@ def evaluate_step(
     trials: int = 1,
     success_threshold: float = 1.0,
 ) -> EvalReport:
-    """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json`, the
-    rollouts under `trajectories/{split}/`, and `{split}/reward`, `{split}/pass^k` in history.jsonl.
+    """Evaluate step `step` (0: the base model, as its zero adapter) and record it: `eval/{step}.json` (on val;
+    `eval/{split}/{step}.json` on another split), the rollouts under `trajectories/{key}/`, and `{key}/reward`,
+    `{key}/pass^k` in history.jsonl, where `key` is `evaluation_key(split)` (the split; `eval-train` on train).
 
     `endpoint(rank)` gives the server to sample from, able to serve adapters of LoRA rank `rank`.
     """
@@ -489,24 +490,37 @@ def evaluate_step(
         )
     )
     report.settings = evaluation_settings(rollout, split, scenarios, trials, success_threshold)
-    store.write_eval(step, report.model_dump(mode="json"))
-    store.write_groups(store.trajectories(split, step), groups)
-    store.record(step, eval_metrics(report), prefix=f"{split}/")
+    store.write_eval(step, report.model_dump(mode="json"), split)
+    key = evaluation_key(split)
+    store.write_groups(store.trajectories(key, step), groups)
+    store.record(step, eval_metrics(report), prefix=f"{key}/")
     return report
 
 
+def evaluation_key(split: str) -> str:
+    """The name an evaluation on `split` is kept under, in trajectories/ and in history.jsonl: the split itself,
+    but `eval-train` for train, whose own names hold what a step gathered and trained on (its rollouts in
+    trajectories/train/, its train/* record), which an evaluation must not replace.
+
+    >>> evaluation_key("val"), evaluation_key("test"), evaluation_key("train")
+    ('val', 'test', 'eval-train')
+    """
+    return "eval-train" if split == "train" else split
+
+
 def eval_metrics(report: EvalReport) -> dict[str, float]:
-    """The history.jsonl figures of an evaluation: `{split}/reward`, `{split}/pass^k`, and per task category
-    `{split}/{category}/reward` and `{split}/{category}/pass^k`.
+    """The history.jsonl figures of an evaluation: `{key}/reward`, `{key}/pass^k`, and per task category
+    `{key}/{category}/reward` and `{key}/{category}/pass^k`, with `key` = evaluation_key(the split).
 
     >>> eval_metrics(EvalReport(model="m", step=1, split="val", scenarios=1, trials=1, reward=0.5, pass_k={1: 0.0}))
     {'val/reward': 0.5, 'val/pass^1': 0.0}
     """
-    metrics = {f"{report.split}/reward": report.reward}
-    metrics.update({f"{report.split}/pass^{k}": v for k, v in report.pass_k.items()})
+    key = evaluation_key(report.split)
+    metrics = {f"{key}/reward": report.reward}
+    metrics.update({f"{key}/pass^{k}": v for k, v in report.pass_k.items()})
     for category, score in report.by_category.items():
-        metrics[f"{report.split}/{category}/reward"] = score.reward
-        metrics.update({f"{report.split}/{category}/pass^{k}": v for k, v in score.pass_k.items()})
+        metrics[f"{key}/{category}/reward"] = score.reward
+        metrics.update({f"{key}/{category}/pass^{k}": v for k, v in score.pass_k.items()})
     return metrics
 
 

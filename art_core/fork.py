@@ -157,8 +157,8 @@ def fork_model(
     return step
 
 
-def forked_evaluation(store: ModelStore, step: int, settings: str) -> dict[str, Any] | None:
-    """The stored evaluation of `step` when the fork copied it with the checkpoint (step at or before the fork's)
+def forked_evaluation(store: ModelStore, step: int, settings: str, split: str = "val") -> dict[str, Any] | None:
+    """The stored evaluation of `step` on `split` when the fork copied it with the checkpoint (step at or before the fork's)
     and it ran under `settings` (art_core.evaluate.evaluation_settings); else None.
 
     A forked step's checkpoint is the source's byte for byte, so its copied evaluation stands: evaluating it
@@ -168,7 +168,7 @@ def forked_evaluation(store: ModelStore, step: int, settings: str) -> dict[str, 
     origin = (store.read_model_json() or {}).get("forked_from") or {}
     if not isinstance(origin.get("step"), int) or not 0 <= step <= origin["step"]:
         return None
-    stored = store.read_eval(step)
+    stored = store.read_eval(step, split)
     return stored if stored and settings and stored.get("settings") == settings else None
 
 

@@ -87,7 +87,8 @@ class RunState:
 
     def keep_eval(self, checkpoint: int, report: dict[str, Any]) -> bool:
         """Write a cached evaluation's report back when its file was lost or damaged; True when written."""
-        if self.store.read_eval(checkpoint) is not None:
+        split = report.get("split") or "val"
+        if self.store.read_eval(checkpoint, split) is not None:
             return False
-        self.store.write_eval(checkpoint, report)
+        self.store.write_eval(checkpoint, report, split)
         return True

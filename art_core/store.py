@@ -307,24 +307,30 @@ class ModelStore:
         return self.record(step, metrics, prefix="train/")
 
     # ---- evaluations and reports ---------------------------------------------------------------------
-    def eval(self, step: int) -> str:
-        return self.path("eval", f"{step_dir(step)}.json")
+    def eval(self, step: int, split: str = "val") -> str:
+        """Where step `step`'s evaluation on `split` is stored: `eval/{step}.json` for val (the split runs
+        evaluate on), `eval/{split}/{step}.json` for any other, so an evaluation of the same step on test or
+        train sits beside val's and never replaces it."""
+        if split == "val":
+            return self.path("eval", f"{step_dir(step)}.json")
+        return self.path("eval", split, f"{step_dir(step)}.json")
 
-    def read_evals(self) -> list[dict[str, Any]]:
-        """Every readable stored evaluation, by step; an unreadable one is named in a warning and skipped."""
-        folder = self.path("eval")
+    def read_evals(self, split: str = "val") -> list[dict[str, Any]]:
+        """Every readable stored evaluation on `split`, by step; an unreadable one is named in a warning and
+        skipped."""
+        folder = self.path("eval") if split == "val" else self.path("eval", split)
         if not self.storage.exists(folder):
             return []
         paths = sorted(p for p in self.storage.fs.ls(folder, detail=False) if p.endswith(".json"))
         reports = [self._read_json(p) for p in paths]  # s3fs takes the bucket/key paths ls returns
         return [r for r in reports if isinstance(r, dict) and "step" in r and "reward" in r]
 
-    def read_eval(self, step: int) -> dict[str, Any] | None:
-        """Step `step`'s stored evaluation; None when missing or unreadable (named in a warning)."""
-        return self._read_json(self.eval(step))
+    def read_eval(self, step: int, split: str = "val") -> dict[str, Any] | None:
+        """Step `step`'s stored evaluation on `split`; None when missing or unreadable (named in a warning)."""
+        return self._read_json(self.eval(step, split))
 
-    def write_eval(self, step: int, report: dict[str, Any]) -> None:
-        self.storage.write_json(self.eval(step), report)
+    def write_eval(self, step: int, report: dict[str, Any], split: str = "val") -> None:
+        self.storage.write_json(self.eval(step, split), report)
 
     def reports(self, *parts: str) -> str:
         return self.path("reports", *parts)

@@ -47,6 +47,7 @@ SFT_LEARNING_RATE = 1e-3
 SFT_WARMUP = 0.05
 GRPO_STEPS = 2
 GRPO_LEARNING_RATE = 1e-4
+LORA_RANK = 8  # TrainConfig's default; alpha is twice the rank, so the update's scale stays the same
 GROUPS_PER_STEP = 8
 GROUP_SIZE = 8
 EVAL_SCENARIOS = 40
@@ -82,12 +83,14 @@ def agent_config(
     train_reward: str = "progress",
     fork_from: dict[str, Any] | None = None,
     grpo_learning_rate: float = GRPO_LEARNING_RATE,
+    lora_rank: int = LORA_RANK,
 ) -> Any:
     """The demo's RunConfig: SFT epochs then GRPO steps on one customer-service environment.
 
     `fork_from` ({"model", "step"}, RunConfig.fork_from): start as that model stood at that step (its SFT
     epochs found done), so only the GRPO steps after it train, under this config's settings.
-    `grpo_learning_rate` is GRPO's (SFT keeps SFT_LEARNING_RATE's schedule).
+    `grpo_learning_rate` is GRPO's (SFT keeps SFT_LEARNING_RATE's schedule). `lora_rank`: the adapter's rank for
+    SFT and GRPO alike (alpha 2 x rank).
 
     >>> agent_config("/models/smollm2", "./.art").steps
     4
@@ -114,7 +117,7 @@ def agent_config(
             "batch_size": 4,
             "demonstrations_limit": demonstrations,
         },
-        train={"learning_rate": grpo_learning_rate, "seed": seed},
+        train={"learning_rate": grpo_learning_rate, "seed": seed, "lora_rank": lora_rank, "lora_alpha": 2 * lora_rank},
         sampling={"max_tokens": max_tokens, "temperature": 0.7},
         eval_every=0,
         eval={"scenarios": scenarios, "trials": tries},
@@ -216,6 +219,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--grpo-lr", type=learning_rate, default=GRPO_LEARNING_RATE, help="GRPO's learning rate (SFT's is its own)"
     )
+    p.add_argument(
+        "--lora-rank",
+        type=int,
+        default=LORA_RANK,
+        help=f"the LoRA adapter's rank (alpha twice it; default {LORA_RANK}); a rank other than {LORA_RANK} names the "
+        "model with -rN, so it never resumes another rank's checkpoints",
+    )
     p.add_argument("--scenarios", type=int, default=EVAL_SCENARIOS, help="held-out val tasks evaluated")
     p.add_argument(
         "--tries",
@@ -252,6 +262,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if tau2 and args.train_reward is not None:
         p.error(f"--train-reward: {args.domain} trains on tau2's own reward; the choice is retail's and airline's")
     train_reward = args.train_reward or "progress"
+    if args.lora_rank < 1:
+        p.error(f"--lora-rank {args.lora_rank}: a LoRA rank is a positive integer (the default is {LORA_RANK})")
+    rank_suffix = "" if args.lora_rank == LORA_RANK else f"-r{args.lora_rank}"
     tries = args.tries if args.tries is not None else (1 if tau2 else EVAL_TRIES)
     from art_core.base_models import REGISTRY_MODELS, registry_model
     from art_pipeline.flows.demo import set_demo_environment
@@ -288,11 +301,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         scenarios=args.scenarios,
         tries=tries,
         project="demo-agent-tiny" if args.tiny else "demo-agent",
-        model=args.model or (None if args.tiny else model_name(args.domain, args.seed, args.base_model)),
+        model=args.model or (None if args.tiny else model_name(args.domain, args.seed, args.base_model) + rank_suffix),
         inference_url=args.inference_url,
         train_reward=train_reward,
         fork_from=args.fork_from,
         grpo_learning_rate=args.grpo_lr,
+        lora_rank=args.lora_rank,
         **sizes,
     )
     from art_pipeline.flows.config import EvaluateConfig

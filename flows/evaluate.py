@@ -64,7 +64,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     settings = evaluation_settings(rollout, e.split, e.scenarios, e.trials, e.success_threshold)
 
     def one(step: int) -> EvalReport:
-        copied = forked_evaluation(store, step, settings)
+        copied = forked_evaluation(store, step, settings, e.split)
         if copied is not None:  # a forked step: its checkpoint and its evaluation are the source's
             print(f"step {step}: evaluated before the fork under the same settings; that evaluation is reused")
             return EvalReport.model_validate(copied)

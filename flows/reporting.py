@@ -24,10 +24,11 @@ def artifact_key(*parts: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
 
 
-def eval_reports(ref: ModelRef) -> list[EvalReport]:
-    """Every readable stored evaluation of the model, by step (a damaged file is named in a warning, skipped)."""
+def eval_reports(ref: ModelRef, split: str = "val") -> list[EvalReport]:
+    """Every readable stored evaluation of the model on `split`, by step (a damaged file is named in a warning,
+    skipped)."""
     out = []
-    for record in ref.store().read_evals():
+    for record in ref.store().read_evals(split):
         try:
             out.append(EvalReport.model_validate(record))
         except ValueError:
@@ -35,8 +36,9 @@ def eval_reports(ref: ModelRef) -> list[EvalReport]:
     return out
 
 
-def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
-    """Write the reward curve, metrics table and eval report to storage and as artifacts; returns their paths."""
+def publish_run_report(ref: ModelRef, wandb: bool = True, split: str = "val") -> dict[str, str]:
+    """Write the reward curve, metrics table and eval report (the evaluations on `split`, the run's eval split)
+    to storage and as artifacts; returns their paths."""
     storage = ref.storage()
     rows = metrics_table(read_history(storage, ref.project, ref.model))
     store = ref.store()
@@ -47,7 +49,7 @@ def publish_run_report(ref: ModelRef, wandb: bool = True) -> dict[str, str]:
     }
     # Drawn again only when the history shows other rewards (a resumed or cached run adds none).
     png = reward_curve(storage, paths["reward_curve"], rows, title=f"{ref.project}/{ref.model}: reward per step")
-    evals = eval_reports(ref)
+    evals = eval_reports(ref, split)
     report = eval_markdown(evals, title=f"{ref.model}: evaluation")
     storage.write_text(paths["eval_report"], report)
 

@@ -178,7 +178,7 @@ def _train(
         if not run.off_policy:
             training = tasks.finish(training)
     tasks.finish(training)
-    tasks.summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb)
+    tasks.summary.report_paths = publish_run_report(ref, wandb=config.report_to_wandb, split=config.eval.split)
     return tasks.summary
 
 

@@ -4,9 +4,9 @@ and its headline is pass^1 on tasks that need a write.
 
 Cached on inputs, source and the environment's code: a step's checkpoint never changes (its fingerprint is an
 input), so neither does its evaluation, until the environment's code does (`art_core.envs.environment_fingerprint`:
-an edited reward, customer or tool is evaluated again, not answered from the cache). A step's report goes to `eval/{step:04d}.json` and history.jsonl; a prompted
-baseline's (any model behind an OpenAI-compatible URL, key from ART_BASELINE_API_KEY) to
-`{project}/baselines/{model}/eval-{split}.json`; the never-acts policy's (no server) to
+an edited reward, customer or tool is evaluated again, not answered from the cache). A step's report goes to
+`eval/{step:04d}.json` (`eval/{split}/` off val) and history.jsonl; a prompted baseline's (any model behind an
+OpenAI-compatible URL, key from ART_BASELINE_API_KEY) to `{project}/baselines/{model}/eval-{split}.json`; the never-acts policy's (no server) to
 `{project}/baselines/never-acts-{environment}/eval-{split}.json`; the expert's (retail, airline, tau2) to
 `{project}/baselines/expert-{environment}/eval-{split}.json`.
 """

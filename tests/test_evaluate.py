@@ -193,6 +193,9 @@ def test_headline_is_the_reward_without_categories_and_survives_json():
         "val/refuse/pass^1": 1.0,
         "val/refuse/pass^2": 1.0,
     }
+    # on the train split the figures go under eval-train/: train/* is the record of what the step trained on
+    on_train = eval_metrics(report.model_copy(update={"split": "train"}))
+    assert on_train["eval-train/write/pass^1"] == 0.5 and not any(k.startswith("train/") for k in on_train)
 
 
 def test_customer_service_environments_tell_categories_apart():

@@ -85,11 +85,13 @@ def test_a_fork_is_the_source_as_it_stood_at_the_step(tmp_path):
 def test_a_forked_step_keeps_its_evaluation_only_under_the_same_settings(tmp_path):
     source = _trained(str(tmp_path))
     source.write_eval(2, {"step": 2, "reward": 0.5, "settings": "abc"})
+    source.write_eval(2, {"step": 2, "reward": 0.1, "settings": "tst"}, "test")
     target = ModelStore(str(tmp_path), "cs", "fork")
     assert forked_evaluation(target, 2, "abc") is None  # not forked yet
     fork_model(source, target, not_after_step=3)
     assert forked_evaluation(target, 2, "abc")["reward"] == 0.5  # copied with the checkpoint it measured
     assert forked_evaluation(target, 2, "other") is None  # other sampling, tasks or tries: evaluate again
+    assert forked_evaluation(target, 2, "tst", "test")["reward"] == 0.1  # the test split's, copied beside val's
     target.write_eval(4, {"step": 4, "reward": 0.9, "settings": "abc"})
     assert forked_evaluation(target, 4, "abc") is None  # after the fork: the fork's own weights
     assert forked_evaluation(source, 2, "abc") is None  # the source was not forked

@@ -114,6 +114,10 @@ def test_a_lost_evaluation_report_is_written_back_once(store):
     assert store.read_eval(1)["reward"] == 0.5
     assert run.keep_eval(1, {"reward": 0.9}) is False  # the stored report stands
     assert store.read_eval(1)["reward"] == 0.5
+    # the same step evaluated on test: its own report, written back beside val's and not mistaken for it
+    assert run.keep_eval(1, {"reward": 0.2, "split": "test"}) is True
+    assert store.read_eval(1, "test")["reward"] == 0.2
+    assert store.read_eval(1)["reward"] == 0.5
 
 
 def test_grpo_continues_after_sfts_last_epoch():

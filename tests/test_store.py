@@ -141,6 +141,21 @@ def test_backfill_writes_a_lost_train_record_from_the_checkpoint_once(tmp_path):
     assert [r["step"] for r in store.read_history()] == [1]
 
 
+def test_an_evaluation_on_another_split_keeps_the_val_report(tmp_path):
+    # evaluating step 2 on test (or train) after val must not replace val's report, which the run's curves,
+    # model card and resume read
+    store = ModelStore(str(tmp_path), "demo", "agent")
+    store.write_eval(2, {"step": 2, "reward": 0.4, "split": "val"})
+    store.write_eval(2, {"step": 2, "reward": 0.9, "split": "test"}, "test")
+    store.write_eval(4, {"step": 4, "reward": 0.7, "split": "train"}, "train")
+    assert store.read_eval(2)["reward"] == 0.4
+    assert store.read_eval(2, "test")["reward"] == 0.9
+    assert store.eval(2, "test").endswith("demo/models/agent/eval/test/0002.json")
+    assert [(r["step"], r["reward"]) for r in store.read_evals()] == [(2, 0.4)]
+    assert [(r["step"], r["reward"]) for r in store.read_evals("train")] == [(4, 0.7)]
+    assert store.read_evals("test") == [{"step": 2, "reward": 0.9, "split": "test"}]
+
+
 def test_damaged_eval_report_is_skipped(tmp_path, caplog):
     store = ModelStore(str(tmp_path), "demo", "agent")
     store.write_eval(1, {"step": 1, "reward": 0.3, "model": "agent@1"})

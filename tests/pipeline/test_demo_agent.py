@@ -87,7 +87,18 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
     with pytest.raises(SystemExit):
         main(["--domain", "tau2-retail", "--train-reward", "safe_progress", "--storage", str(tmp_path / "art")])
     assert "tau2-retail trains on tau2's own reward" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--lora-rank", "0", "--storage", str(tmp_path / "art")])
+    assert "--lora-rank 0: a LoRA rank is a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "art").exists()
+
+
+def test_the_lora_rank_reaches_sft_and_grpo_alike():
+    from art_pipeline.flows.demo_agent import agent_config
+
+    default, wider = agent_config("/models/m", "./.art"), agent_config("/models/m", "./.art", lora_rank=32)
+    assert (default.train.lora_rank, default.train.lora_alpha) == (8, 16)  # TrainConfig's own defaults
+    assert (wider.train.lora_rank, wider.train.lora_alpha) == (32, 64)
 
 
 def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tmp_path, tiny_model_path, monkeypatch):

@@ -328,6 +328,31 @@ def test_evaluate_flow_compares_steps_with_the_base_model(trained):
     assert "(baseline)" in md and "pass^2" in md and "agent@3" in md
 
 
+def test_evaluating_steps_on_the_train_split_keeps_what_the_run_wrote(trained):
+    """Steps 2 and 3 evaluated on train after the run: the run's val report of step 3, the rollouts step 2
+    gathered and trained checkpoint 3 on, and step 2's train record all stay as they were (the curves, the model
+    card, a resume and a fork read them); the evaluation is kept beside them."""
+    from art_core.store import ModelStore
+    from art_pipeline.flows.config import EvaluateConfig
+    from art_pipeline.flows.evaluate import evaluate_flow
+
+    cfg, summary, _, _ = trained
+    store = ModelStore(cfg.storage_url, cfg.project, cfg.model)
+    gathered = store.storage.read_text(store.trajectories("train", 2))
+    trained_record = store.step_metrics(2, "train/")
+    on_train = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"split": "train"})})
+    reports = evaluate_flow(EvaluateConfig(run=on_train, steps=[2, 3], baseline_step=None))
+    assert [(r.split, r.step) for r in reports] == [("train", 2), ("train", 3)]
+    val = store.read_eval(3)
+    assert val["split"] == "val" and val["reward"] == pytest.approx(summary.evaluations[3])
+    assert store.read_eval(3, "train")["split"] == "train"
+    assert {r["split"] for r in store.read_evals()} == {"val"}
+    assert store.storage.read_text(store.trajectories("train", 2)) == gathered
+    assert trained_record and store.step_metrics(2, "train/") == trained_record
+    assert len(store.read_groups(store.trajectories("eval-train", 3))) == cfg.eval.scenarios
+    assert store.step_metrics(3, "eval-train/")["eval-train/reward"] == pytest.approx(reports[1].reward)
+
+
 def test_evaluate_flow_takes_a_prompted_model_as_baseline(trained, vllm_endpoint, monkeypatch):
     """Any model behind an OpenAI-compatible URL; here the base model on the session server, by its name."""
     from art_pipeline.flows.config import EvaluateConfig
