@@ -112,7 +112,7 @@ def evaluate_flow(config: EvaluateConfig) -> list[EvalReport]:
     reference = reference_markdown(
         run.environment.name,
         run.environment.options,
-        run.sampling.model_dump(),
+        rollout.sampling,  # what the evaluations sampled with (RunConfig.eval_sampling), not the train rollouts'
         split=e.split,
         scenarios=e.scenarios,
         trials=e.trials,

@@ -88,6 +88,8 @@ def test_evaluate_flow_writes_a_tau2_pass_k_report_for_a_prompted_endpoint(
     assert md.startswith("# agent on tau2-retail test") and f"| {ep.model} |" in md and "pass^2" in md
     assert "Published tau2-bench retail figures" in md and "| GPT-4.1 | 74.0 |" in md
     assert "departs from tau2's protocol" in md and "forced tool calls" in md
+    # the run's rollouts sample at 1.0, the evaluation at tau2's 0 (EvalConfig.temperature None): no departure
+    assert "agent temperature" not in md
     assert storage.exists(f"{run.storage_url}/tau2/baselines/{ep.model}/eval-test.json")
     # no trained step was evaluated and no checkpoint was needed
     assert not storage.exists(f"{run.storage_url}/tau2/models/agent/eval/0000.json")
