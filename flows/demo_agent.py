@@ -80,7 +80,7 @@ def agent_config(
     project: str = "demo-agent",
     model: str | None = None,
     inference_url: str | None = None,
-    train_reward: str = "progress",
+    train_reward: str | None = None,
     fork_from: dict[str, Any] | None = None,
     grpo_learning_rate: float = GRPO_LEARNING_RATE,
     lora_rank: int = LORA_RANK,
@@ -127,21 +127,25 @@ def agent_config(
 
 
 def environment_options(
-    domain: str, max_turns: int = MAX_TURNS, train_reward: str = "progress", max_steps: int = TAU2_MAX_STEPS
+    domain: str, max_turns: int = MAX_TURNS, train_reward: str | None = None, max_steps: int = TAU2_MAX_STEPS
 ) -> dict[str, Any]:
-    """The environment's options in the demo: the generated domains' turn limit and GRPO train reward; for tau2,
-    the scripted customer (no LLM here), TAU2_MAX_STEPS, and the tasks without tau2's LLM-judged assertions
-    only (none can be scored without a judge), `max_steps` messages an episode. tau2 trains on its own reward,
-    so `train_reward` is not used; nor is `max_turns` (tau2 counts messages).
+    """The environment's options in the demo: the generated domains' turn limit and GRPO train reward (None:
+    "progress"); for tau2, the scripted customer (no LLM here), TAU2_MAX_STEPS, and the tasks without tau2's
+    LLM-judged assertions only (none can be scored without a judge), `max_steps` messages an episode. tau2
+    trains on its own reward unless `train_reward` is "progress" (its partial credit); `max_turns` is not used
+    there (tau2 counts messages).
 
     >>> environment_options("retail")
     {'seed': 0, 'max_turns': 10, 'train_reward': 'progress'}
     >>> environment_options("tau2-retail")
     {'user': 'scripted', 'max_steps': 40, 'skip_judged': True}
+    >>> environment_options("tau2-retail", train_reward="progress")["train_reward"]
+    'progress'
     """
     if domain in TAU2_DOMAINS:
-        return {"user": "scripted", "max_steps": max_steps, "skip_judged": True}
-    return {"seed": 0, "max_turns": max_turns, "train_reward": train_reward}
+        shaped = {"train_reward": train_reward} if train_reward not in (None, "task") else {}
+        return {"user": "scripted", "max_steps": max_steps, "skip_judged": True, **shaped}
+    return {"seed": 0, "max_turns": max_turns, "train_reward": train_reward or "progress"}
 
 
 def fork_spec(value: str) -> dict[str, Any]:
@@ -197,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train (demonstrations -> SFT -> GRPO), evaluate base / SFT / SFT+GRPO, never-acts and the expert, print the
     table."""
     from art_core.envs.customer_service.env import CustomerServiceOptions
+    from art_core.envs.tau2.env import Tau2Options
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -248,8 +253,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--train-reward",
         default=None,
         choices=get_args(CustomerServiceOptions.model_fields["train_reward"].annotation),
-        help="the reward of GRPO's train rollouts on retail and airline (default progress; evaluation always reads "
-        "the task reward); tau2 trains on its own reward",
+        help="the reward of GRPO's train rollouts (evaluation always reads the task reward): on retail and airline "
+        "default progress; on tau2 default task (tau2's own), or progress (partial credit: the customer found, the "
+        "gold writes, the facts said)",
     )
     p.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (step 0)")
     p.add_argument(
@@ -259,9 +265,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = p.parse_args(argv)
     tau2 = args.domain in TAU2_DOMAINS
-    if tau2 and args.train_reward is not None:
-        p.error(f"--train-reward: {args.domain} trains on tau2's own reward; the choice is retail's and airline's")
-    train_reward = args.train_reward or "progress"
+    tau2_rewards = get_args(Tau2Options.model_fields["train_reward"].annotation)
+    if tau2 and args.train_reward not in (None, *tau2_rewards):
+        p.error(
+            f"--train-reward {args.train_reward}: {args.domain} trains on tau2's own reward ('task', the default) "
+            "or on 'progress' (its partial credit); the other choices are retail's and airline's"
+        )
+    train_reward = args.train_reward
     if args.lora_rank < 1:
         p.error(f"--lora-rank {args.lora_rank}: a LoRA rank is a positive integer (the default is {LORA_RANK})")
     rank_suffix = "" if args.lora_rank == LORA_RANK else f"-r{args.lora_rank}"

@@ -211,3 +211,68 @@ def test_the_expert_is_a_baseline_on_tau2_made_per_task(envs, monkeypatch):
     assert [got[i] for i in ("2", "3", "4")] == [[]] * 3  # judged, no judge to score them: tries that failed
     assert report.by_category["write"].scenarios == 6 and report.headline.value == 0.5  # 3 of the 6 writes
     assert expert_of(load_environment("tic-tac-toe")) is None
+
+
+def test_progress_gives_train_rollouts_partial_credit_and_evaluation_keeps_tau2s_reward(monkeypatch):
+    """train_reward="progress": a train rollout's reward is partial credit (art_core.envs.tau2.reward.progress), so
+    GRPO's groups can differ where tau2's all-or-nothing reward is 0 for every try; the expert still earns 1.0,
+    a run that does nothing earns nothing on a write task, and evaluation reads tau2's reward on every split."""
+    from art_core.envs.customer_service.policies import Call, PerScenario, Say, play_policy, policy_for
+    from art_core.envs.experts import expert_of
+
+    monkeypatch.delenv("ART_JUDGE_MODEL", raising=False)
+    env = expert.load_tau2_env("retail", skip_judged=True, train_reward="progress", max_steps=30)
+    train = env.scenarios("train")[:4]
+    writes = [s.id for s in train if env.scenario_category(s) == "write"]
+    assert writes
+    for t in play_policy(env, train, expert_of(env)):
+        assert t.reward == t.metrics["progress"] == t.metrics["task_reward"] == 1.0
+
+    def stops_before_writing(scenario):  # the expert up to its first write, then declining to the end
+        demonstrated = policy_for(expert_of(env), scenario)
+
+        def play(opening):
+            turns = demonstrated(opening)
+            turn = next(turns)
+            while not (isinstance(turn, Call) and turn.name in env.toolset.write_tools):
+                turn = turns.send((yield turn))
+            while True:
+                yield Say("I'm sorry, I cannot make that change.")
+
+        return play
+
+    halfway = dict(zip([s.id for s in train], play_policy(env, train, PerScenario(stops_before_writing))))
+    idle = dict(zip([s.id for s in train], play_policy(env, train, never_acts)))
+    for i in writes:  # tau2's reward is 0 for both; progress tells finding the customer from doing nothing
+        assert halfway[i].metrics["task_reward"] == 0.0 == idle[i].metrics["task_reward"]
+        assert 0.0 < halfway[i].reward == halfway[i].metrics["progress"] < 1.0
+        assert idle[i].reward == idle[i].metrics["progress"] < halfway[i].reward
+    (tested,) = play_policy(env, env.scenarios("test")[:1], PerScenario(stops_before_writing))
+    assert tested.reward == tested.metrics["task_reward"] == 0.0 < tested.metrics["progress"]  # tau2's reward
+    evaluated = env.for_evaluation()
+    assert evaluated.options.train_reward == "task" and env.for_evaluation() is not env
+    assert expert.load_tau2_env("retail").for_evaluation().options.train_reward == "task"
+
+
+def test_progress_credits_the_customer_found_the_writes_and_the_facts_apart():
+    """The three parts of tau2's progress on a made-up task: finding the customer, the gold write (halved while
+    the database differs), and the facts said; a part the task lacks is left out of the mean."""
+    from art_core.envs.tau2.reward import Call, GoldReplay, progress
+
+    gold = GoldReplay(db={}, hash="h", user_ids=frozenset({"ava_1"}))
+    writes = frozenset({"cancel_pending_order", "return_delivered_order_items"})
+    cancel = {"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}}
+    found = Call("find_user_id_by_email", '{"email": "a@x"}', "ava_1", False)
+    right = Call("cancel_pending_order", '{"reason": "no longer needed", "order_id": "#W1"}', "{}", False)
+    refused = Call("cancel_pending_order", '{"order_id": "#W1", "reason": "no longer needed"}', "Error: no", True)
+    said = [{"info": "100", "met": True}, {"info": "7", "met": False}]
+    assert progress([cancel], writes, gold, [], 0.0, []) == 0.0
+    assert progress([cancel], writes, gold, [found], 0.0, []) == 0.5
+    assert progress([cancel], writes, gold, [found, refused], 0.0, []) == 0.5  # a refused call is no write
+    assert progress([cancel], writes, gold, [found, right], 1.0, []) == 1.0
+    assert progress([cancel], writes, gold, [found, right], 0.0, []) == 0.75  # an extra write left the db wrong
+    assert progress([cancel], writes, gold, [found, right], 1.0, said) == pytest.approx(2.5 / 3)
+    ret = {"name": "return_delivered_order_items", "arguments": {"order_id": "#W2", "item_ids": ["1", "2"]}}
+    swapped = Call("return_delivered_order_items", {"order_id": "#W2", "item_ids": ["2", "1"]}, "{}", False)
+    assert progress([ret], writes, GoldReplay(db={}, hash="h"), [swapped], 1.0, []) == 1.0  # ids as a set
+    assert progress([], writes, gold, [found], 1.0, said) == pytest.approx(2.5 / 3)  # no write asked: db kept

@@ -86,7 +86,7 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
     assert "give a learning rate above 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--domain", "tau2-retail", "--train-reward", "safe_progress", "--storage", str(tmp_path / "art")])
-    assert "tau2-retail trains on tau2's own reward" in capsys.readouterr().err
+    assert "tau2-retail trains on tau2's own reward ('task', the default) or on 'progress'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--lora-rank", "0", "--storage", str(tmp_path / "art")])
     assert "--lora-rank 0: a LoRA rank is a positive integer" in capsys.readouterr().err
@@ -116,9 +116,10 @@ def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tm
 def test_the_demo_trains_on_tau2s_own_tasks_and_tools(
     prefect_api, tiny_model_path, vllm_endpoint, tmp_path, monkeypatch
 ):
-    """--domain tau2-retail: tau2's expert demonstrates train tasks on tau2's tools, SFT then GRPO train, and the
-    evaluation plays tau2's test tasks (those its LLM judge need not score) once each, with the never-acts floor
-    and tau2's expert as the ceiling."""
+    """--domain tau2-retail: tau2's expert demonstrates train tasks on tau2's tools, SFT then GRPO train (here on
+    tau2's partial credit, --train-reward progress), and the evaluation plays tau2's test tasks (those its LLM
+    judge need not score) once each, on tau2's reward, with the never-acts floor and tau2's expert as the
+    ceiling."""
     from art_core.envs.tau2.data import Tau2DataMissing, find_folder
     from art_pipeline.flows.demo_agent import main
 
@@ -131,7 +132,7 @@ def test_the_demo_trains_on_tau2s_own_tasks_and_tools(
     monkeypatch.setenv("ART_TINY_MODEL", tiny_model_path)
     argv = ["--tiny", "--domain", "tau2-retail", "--storage", str(tmp_path / "art")]
     argv += ["--inference-url", vllm_endpoint.base_url, "--demonstrations", "3", "--sft-epochs", "1"]
-    argv += ["--grpo-steps", "1", "--scenarios", "2", "--skip-base"]
+    argv += ["--grpo-steps", "1", "--scenarios", "2", "--skip-base", "--train-reward", "progress"]
     result = main(argv)
 
     summary = result["train"]
@@ -145,3 +146,23 @@ def test_the_demo_trains_on_tau2s_own_tasks_and_tools(
     for report in reports.values():  # tau2's first two unjudged test tasks, one try each (temperature 0)
         assert report.split == "val" and report.trials == 1 and list(report.per_scenario) == ["5", "9"]
     assert reports["never acts"].headline.value == 0.0 and reports["SFT (step 1)"].step == 1
+    # GRPO's rollouts were rewarded with tau2's partial credit; the evaluation's with tau2's own reward
+    model_dir = tmp_path / "art" / "demo-agent-tiny" / "models" / "tau2-retail-seed0"
+    gathered = [
+        json.loads(line) for line in (model_dir / "trajectories" / "train" / "0001.jsonl").read_text().splitlines()
+    ]
+    rollouts = [t for g in gathered for t in g["trajectories"]]
+    assert rollouts and all(t["reward"] == t["metrics"]["progress"] for t in rollouts)
+    evaluated = [
+        json.loads(line) for line in (model_dir / "trajectories" / "val" / "0002.jsonl").read_text().splitlines()
+    ]
+    assert all(t["reward"] == t["metrics"]["task_reward"] for g in evaluated for t in g["trajectories"])
+
+
+def test_tau2_trains_on_its_own_reward_unless_progress_is_asked():
+    from art_pipeline.flows.demo_agent import agent_config
+
+    assert "train_reward" not in agent_config("/models/m", "./.art", domain="tau2-retail").environment.options
+    shaped = agent_config("/models/m", "./.art", domain="tau2-retail", train_reward="progress")
+    assert shaped.environment.options["train_reward"] == "progress"
+    assert agent_config("/models/m", "./.art").environment.options["train_reward"] == "progress"  # retail's default

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from art_core.envs.tau2.airline_schemas import SCHEMAS
+from art_core.envs.tau2.env import TRAIN_ONLY_OPTIONS  # noqa: F401  (evaluation_options reads it here)
 from art_core.envs.tau2.toolkit import as_int, as_record, calculate, transfer_to_human_agents
 from art_core.envs.tool_use.tools import ToolFn
 

@@ -33,7 +33,7 @@ from art_core.envs.base import Environment, Scenario, Split, turn_sampling
 from art_core.envs.customer_service.users import LLMUserSettings
 from art_core.envs.tau2.customer import ScriptedTau2User
 from art_core.envs.tau2.data import Tau2Data, find_folder, load_tau2_data
-from art_core.envs.tau2.reward import GoldReplay, gold_replay, needs_judge, score
+from art_core.envs.tau2.reward import Call, GoldReplay, gold_replay, needs_judge, progress, score
 from art_core.envs.tau2.user import GREETING, STOP_SIGNALS, Tau2User, default_user_settings
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
@@ -67,6 +67,11 @@ class Tau2Protocol(BaseModel):
         return {"temperature": self.temperature, "max_tokens": self.max_tokens}
 
 
+# options that shape only the train rollouts' reward: an evaluation plays without them (Tau2Env.for_evaluation,
+# art_core.envs.evaluation_options), so its cache is one for every choice
+TRAIN_ONLY_OPTIONS = ("train_reward",)
+
+
 class Tau2Options(BaseModel):
     """Options of `load_environment("tau2-retail" | "tau2-airline", **options)`."""
 
@@ -82,6 +87,9 @@ class Tau2Options(BaseModel):
     # leave out of every split the tasks whose reward asks the NL-assertion judge (an LLM): training or
     # evaluating where none can be reached (a run on such a task would end in a JudgeError)
     skip_judged: bool = False
+    # the reward of train-split rollouts: tau2's own ("task"), or "progress", partial credit for finding the
+    # customer, the gold writes and the facts said (art_core.envs.tau2.reward.progress); evaluation reads tau2's
+    train_reward: Literal["task", "progress"] = "task"
     force_tool_calls: bool = False  # test models: constrain each agent turn with a vLLM structured-outputs regex
     forced_message_chars: int = Field(
         0, ge=0
@@ -115,6 +123,15 @@ class Tau2Env(Environment):
         self.options = Tau2Options(**options)
         find_folder(toolset.domain, self.options.data_dir)  # a missing folder fails here, with what to do
         self._gold: dict[str, GoldReplay] = {}
+
+    def for_evaluation(self) -> "Tau2Env":
+        """This environment without its TRAIN_ONLY_OPTIONS (tau2's reward on every split), its data shared."""
+        if not self.options.model_fields_set & set(TRAIN_ONLY_OPTIONS):
+            return self
+        options = self.options.model_dump(exclude=set(TRAIN_ONLY_OPTIONS), exclude_unset=True)
+        evaluated = type(self)(self.toolset, **options)
+        evaluated.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("data", "tools_by_name", "_gold")})
+        return evaluated
 
     @cached_property
     def data(self) -> Tau2Data:
@@ -195,8 +212,12 @@ class Tau2Env(Environment):
             metadata={"env": self.name, "task_id": str(task["id"]), "split": scenario.split},
         )
 
+        calls: list[Call] = []
+
         async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
-            return self.call_tool(db, name, arguments)
+            text, error = self.call_tool(db, name, arguments)
+            calls.append(Call(name, arguments, text, error))
+            return text, error
 
         # tau2 has no terminal tool (its transfer tool is not one) and stops at a reply cut by max_tokens too
         rules = Rules(
@@ -216,7 +237,19 @@ class Tau2Env(Environment):
             terminated=episode.stop_reason == "user_stop",
             judge=o.judge,
         )
-        traj.reward = metrics.pop("reward")
+        # "task_reward", not "reward": a metric named reward would be averaged into the trajectory's own reward
+        metrics["task_reward"] = metrics.pop("reward")
+        criteria = task.get("evaluation_criteria") or {}
+        metrics["progress"] = progress(
+            criteria.get("actions"),
+            self.toolset.write_tools,
+            self.gold(str(task["id"])),
+            calls,
+            metrics["r_db"],
+            details["communicate_checks"],
+        )
+        shaped = o.train_reward == "progress" and scenario.split == "train"
+        traj.reward = metrics["progress"] if shaped else metrics["task_reward"]
         traj.metrics.update(metrics, turns=episode.turns, steps=episode.steps, **episode.counts())
         # metadata holds scalars only (it is stored in every rollout file): the checks behind the reward as JSON
         traj.metadata.update(stop_reason=episode.stop_reason, reward_details=json.dumps(details, default=str))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from art_core.envs.tau2.env import TRAIN_ONLY_OPTIONS  # noqa: F401  (evaluation_options reads it here)
 from art_core.envs.tau2.toolkit import (
     CALCULATE_SCHEMA,
     TRANSFER_SCHEMA,

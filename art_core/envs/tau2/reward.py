@@ -4,6 +4,7 @@
   fresh copy. Gold actions that fail are skipped, as tau2 skips them (task 64's exchange on a pending order,
   the lookups with a wrong email that the gold lists hold on purpose).
 - COMMUNICATE: each `communicate_info` string, lowercased, is in some assistant text with its commas removed.
+- (train rollouts only, when asked: `progress`, partial credit where the reward above is all or nothing.)
 - NL_ASSERTION: an LLM judge (any litellm model, temperature 0 by default) decides per assertion whether the
   conversation meets it (asked only when the other components pass: the reward is their product). The call is RULER's (`art_core.rewards.judge.ask_judge`): a strict JSON schema with
   one entry per assertion, checked, retried, cached under the storage root, costed. A failed judge call raises
@@ -43,6 +44,7 @@ class GoldReplay:
     db: dict[str, Any]
     hash: str
     failed: list[tuple[str, str]] = field(default_factory=list)  # (action name, error text)
+    user_ids: frozenset[str] = frozenset()  # the customer's ids the gold actions name or look up
 
 
 def needs_judge(task: dict[str, Any]) -> bool:
@@ -57,11 +59,17 @@ def gold_replay(
     """Replay tau2 gold actions ({"name", "arguments"}) on a copy of `initial_db`, tolerating failures."""
     db = fresh_copy(initial_db)
     failed = []
+    users = set()
     for action in actions or []:
-        text, error = run_tool(tools, db, action["name"], action.get("arguments") or {})
+        arguments = action.get("arguments") or {}
+        text, error = run_tool(tools, db, action["name"], arguments)
         if error:
             failed.append((action["name"], text))
-    return GoldReplay(db=db, hash=hash_db(db), failed=failed)
+        if isinstance(arguments.get("user_id"), str):
+            users.add(arguments["user_id"])
+        if action["name"].startswith("find_user_id") and not error:
+            users.add(text.strip())
+    return GoldReplay(db=db, hash=hash_db(db), failed=failed, user_ids=frozenset(users))
 
 
 def communicate(infos: list[str] | None, assistant_texts: list[str]) -> tuple[float, list[dict[str, Any]]]:
@@ -70,6 +78,78 @@ def communicate(infos: list[str] | None, assistant_texts: list[str]) -> tuple[fl
     said = [t.lower().replace(",", "") for t in assistant_texts]
     checks = [{"info": info, "met": any(info.lower() in s for s in said)} for info in infos or []]
     return float(all(c["met"] for c in checks)), checks
+
+
+@dataclass
+class Call:
+    """One tool call an agent made: the tool, its arguments as sent, the result's text, and whether it failed."""
+
+    name: str
+    arguments: str | dict[str, Any]
+    result: str
+    error: bool
+
+
+def progress(
+    actions: list[dict[str, Any]] | None,
+    write_tools: frozenset[str],
+    gold: GoldReplay,
+    calls: list[Call],
+    r_db: float,
+    communicated: list[dict[str, Any]],
+) -> float:
+    """Partial credit in [0, 1] for how far a run got, for GRPO's train rollouts where tau2's reward is all or
+    nothing (a small model's groups that all score 0 teach nothing). The mean of, where the task has them:
+
+    - finding the customer: a successful call whose result names a user id the gold actions use or look up;
+    - the writes: the mean over the gold writes of 1 for a successful call to the same tool with the same
+      arguments (lists compared as sets), halved when the final database still differs from the gold replay's;
+      where the task wants no write, 1 when the database matches (nothing changed that should not have);
+    - the facts: the fraction of `communicate_info` said (tau2's check, item by item).
+
+    A run cut off still gets its credit (tau2's reward is 0 there); evaluation always reads tau2's reward.
+
+    >>> g = GoldReplay(db={}, hash="h", user_ids=frozenset({"ava_1"}))
+    >>> gold = [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}}]
+    >>> calls = [Call("find_user_id_by_email", {"email": "a@x"}, "ava_1", False),
+    ...          Call("cancel_pending_order", '{"order_id": "#W1", "reason": "ordered by mistake"}', "{}", False)]
+    >>> round(progress(gold, frozenset({"cancel_pending_order"}), g, calls, 0.0, []), 3)   # found; wrong write; no facts
+    0.5
+    """
+    parts = []
+    if gold.user_ids:
+        parts.append(float(any(not c.error and any(u in c.result for u in gold.user_ids) for c in calls)))
+    writes = [a for a in actions or [] if a["name"] in write_tools]
+    if writes:
+        made = [(c.name, _canonical(c.arguments)) for c in calls if not c.error and c.name in write_tools]
+        credit = [float((a["name"], _canonical(a.get("arguments") or {})) in made) for a in writes]
+        parts.append(sum(credit) / len(writes) * (1.0 if r_db == 1.0 else 0.5))
+    else:
+        parts.append(r_db)
+    if communicated:
+        parts.append(sum(c["met"] for c in communicated) / len(communicated))
+    return sum(parts) / len(parts)
+
+
+def _canonical(arguments: str | dict[str, Any]) -> str | None:
+    """Arguments as comparable text: JSON with sorted keys and lists of scalars sorted; None when unreadable."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        if isinstance(v, list):
+            items = [norm(x) for x in v]
+            return sorted(items, key=json.dumps) if all(not isinstance(x, (dict, list)) for x in items) else items
+        return v
+
+    return json.dumps(norm(arguments), sort_keys=True)
 
 
 NL_PROMPT = """You grade a customer-service conversation against a list of expected outcomes.
