@@ -4,11 +4,13 @@
   fresh copy. Gold actions that fail are skipped, as tau2 skips them (task 64's exchange on a pending order,
   the lookups with a wrong email that the gold lists hold on purpose).
 - COMMUNICATE: each `communicate_info` string, lowercased, is in some assistant text with its commas removed.
-- (train rollouts only, when asked: `progress`, partial credit where the reward above is all or nothing.)
 - NL_ASSERTION: an LLM judge (any litellm model, temperature 0 by default) decides per assertion whether the
   conversation meets it (asked only when the other components pass: the reward is their product). The call is RULER's (`art_core.rewards.judge.ask_judge`): a strict JSON schema with
   one entry per assertion, checked, retried, cached under the storage root, costed. A failed judge call raises
   `JudgeError`; it never becomes a score.
+
+`progress` is not tau2's: partial credit for GRPO's train rollouts, where the reward above is all or nothing
+(`Tau2Options.train_reward="progress"`); evaluations never read it.
 
     >>> from art_core.envs.tau2.data import load_tau2_data
     >>> from art_core.envs.tau2.retail import TOOLS
@@ -106,6 +108,9 @@ def progress(
       arguments (lists compared as sets), halved when the final database still differs from the gold replay's;
       where the task wants no write, 1 when the database matches (nothing changed that should not have);
     - the facts: the fraction of `communicate_info` said (tau2's check, item by item).
+
+    NL assertions are not part of it (they need an LLM judge, which a train rollout on a machine without one
+    cannot ask).
 
     A run cut off still gets its credit (tau2's reward is 0 there); evaluation always reads tau2's reward.
 
