@@ -12,7 +12,7 @@ An environment is anything with these four things; subclassing `Environment` is 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Literal, Sequence, TypeVar
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -117,3 +117,17 @@ class Environment:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
         return split  # type: ignore[return-value]
+
+
+E = TypeVar("E", bound=Environment)
+
+
+def without_train_only_options(env: E, train_only: Sequence[str], rebuild: Callable[..., E], share: Sequence[str]) -> E:
+    """`env` as evaluations play it (`Environment.for_evaluation`): itself when none of the options `train_only`
+    (those that shape only the training reward) was set, else `rebuild(**options)` without them, given the
+    attributes named in `share` that `env` has built already (its data, tasks, gold replays)."""
+    if not env.options.model_fields_set & set(train_only):
+        return env
+    evaluated = rebuild(**env.options.model_dump(exclude=set(train_only), exclude_unset=True))
+    evaluated.__dict__.update({k: v for k, v in env.__dict__.items() if k in share})
+    return evaluated

@@ -257,7 +257,8 @@ def test_progress_gives_train_rollouts_partial_credit_and_evaluation_keeps_tau2s
 def test_progress_credits_the_customer_found_the_writes_and_the_facts_apart():
     """The three parts of tau2's progress on a made-up task: finding the customer, the gold write (halved while
     the database differs), and the facts said; a part the task lacks is left out of the mean."""
-    from art_core.envs.tau2.reward import Call, GoldReplay, progress
+    from art_core.envs.customer_service.domain import MadeCall as Call
+    from art_core.envs.tau2.reward import GoldReplay, progress
 
     gold = GoldReplay(db={}, hash="h", user_ids=frozenset({"ava_1"}))
     writes = frozenset({"cancel_pending_order", "return_delivered_order_items"})
@@ -273,6 +274,6 @@ def test_progress_credits_the_customer_found_the_writes_and_the_facts_apart():
     assert progress([cancel], writes, gold, [found, right], 0.0, []) == 0.75  # an extra write left the db wrong
     assert progress([cancel], writes, gold, [found, right], 1.0, said) == pytest.approx(2.5 / 3)
     ret = {"name": "return_delivered_order_items", "arguments": {"order_id": "#W2", "item_ids": ["1", "2"]}}
-    swapped = Call("return_delivered_order_items", {"order_id": "#W2", "item_ids": ["2", "1"]}, "{}", False)
+    swapped = Call("return_delivered_order_items", '{"order_id": "#W2", "item_ids": ["2", "1"]}', "{}", False)
     assert progress([ret], writes, GoldReplay(db={}, hash="h"), [swapped], 1.0, []) == 1.0  # ids as a set
     assert progress([], writes, gold, [found], 1.0, said) == pytest.approx(2.5 / 3)  # no write asked: db kept

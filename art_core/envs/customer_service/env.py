@@ -31,12 +31,12 @@ test model: pass max_tokens=256 or more.
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import Environment, Scenario, Split, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, turn_sampling, without_train_only_options
 from art_core.envs.customer_service.categories import scenario_category
 from art_core.envs.customer_service.domain import Database, Domain, MadeCall, Task, hash_db, progress, replay, reward
 from art_core.envs.customer_service.users import STOP, LLMUser, LLMUserSettings, ScriptedUser, User
@@ -100,12 +100,8 @@ class CustomerServiceEnv(Environment):
     def for_evaluation(self) -> CustomerServiceEnv:
         """This environment without its TRAIN_ONLY_OPTIONS (train_reward back to "task": the task reward on every
         split); it shares the database and tasks already built."""
-        if not self.options.model_fields_set & set(TRAIN_ONLY_OPTIONS):
-            return self
-        options = self.options.model_dump(exclude=set(TRAIN_ONLY_OPTIONS), exclude_unset=True)
-        evaluated = CustomerServiceEnv(self.domain, **options)
-        evaluated.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("db", "tasks", "_gold_hashes")})
-        return evaluated
+        rebuild = partial(CustomerServiceEnv, self.domain)
+        return without_train_only_options(self, TRAIN_ONLY_OPTIONS, rebuild, ("db", "tasks", "_gold_hashes"))
 
     def scenarios(self, split: Split) -> list[Scenario]:
         split = self.check_split(split)

@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from art_core.envs.base import Environment, Scenario, Split, turn_sampling
+from art_core.envs.base import Environment, Scenario, Split, turn_sampling, without_train_only_options
+from art_core.envs.customer_service.domain import MadeCall
 from art_core.envs.customer_service.users import LLMUserSettings
 from art_core.envs.tau2.customer import ScriptedTau2User
 from art_core.envs.tau2.data import Tau2Data, find_folder, load_tau2_data
-from art_core.envs.tau2.reward import Call, GoldReplay, gold_replay, needs_judge, progress, score
+from art_core.envs.tau2.reward import GoldReplay, gold_replay, needs_judge, progress, score
 from art_core.envs.tau2.user import GREETING, STOP_SIGNALS, Tau2User, default_user_settings
 from art_core.envs.tool_use.episode import Rules, run_episode
 from art_core.envs.tool_use.forced_calls import tool_call_regex
@@ -126,12 +127,8 @@ class Tau2Env(Environment):
 
     def for_evaluation(self) -> "Tau2Env":
         """This environment without its TRAIN_ONLY_OPTIONS (tau2's reward on every split), its data shared."""
-        if not self.options.model_fields_set & set(TRAIN_ONLY_OPTIONS):
-            return self
-        options = self.options.model_dump(exclude=set(TRAIN_ONLY_OPTIONS), exclude_unset=True)
-        evaluated = type(self)(self.toolset, **options)
-        evaluated.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("data", "tools_by_name", "_gold")})
-        return evaluated
+        rebuild = partial(type(self), self.toolset)
+        return without_train_only_options(self, TRAIN_ONLY_OPTIONS, rebuild, ("data", "tools_by_name", "_gold"))
 
     @cached_property
     def data(self) -> Tau2Data:
@@ -212,11 +209,11 @@ class Tau2Env(Environment):
             metadata={"env": self.name, "task_id": str(task["id"]), "split": scenario.split},
         )
 
-        calls: list[Call] = []
+        calls: list[MadeCall] = []
 
         async def call_tool(name: str, arguments: str) -> tuple[str, bool]:
             text, error = self.call_tool(db, name, arguments)
-            calls.append(Call(name, arguments, text, error))
+            calls.append(MadeCall(name, arguments, text, error))
             return text, error
 
         # tau2 has no terminal tool (its transfer tool is not one) and stops at a reply cut by max_tokens too

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from art_core.envs.customer_service.domain import hash_db
+from art_core.envs.customer_service.domain import MadeCall, hash_db
 from art_core.envs.tool_use.tools import ToolFn, fresh_copy, run_tool
 from art_core.rewards.accounting import JudgeUsage
 from art_core.rewards.config import JudgeConfig
@@ -82,21 +82,11 @@ def communicate(infos: list[str] | None, assistant_texts: list[str]) -> tuple[fl
     return float(all(c["met"] for c in checks)), checks
 
 
-@dataclass
-class Call:
-    """One tool call an agent made: the tool, its arguments as sent, the result's text, and whether it failed."""
-
-    name: str
-    arguments: str | dict[str, Any]
-    result: str
-    error: bool
-
-
 def progress(
     actions: list[dict[str, Any]] | None,
     write_tools: frozenset[str],
     gold: GoldReplay,
-    calls: list[Call],
+    calls: list[MadeCall],
     r_db: float,
     communicated: list[dict[str, Any]],
 ) -> float:
@@ -116,8 +106,8 @@ def progress(
 
     >>> g = GoldReplay(db={}, hash="h", user_ids=frozenset({"ava_1"}))
     >>> gold = [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}}]
-    >>> calls = [Call("find_user_id_by_email", {"email": "a@x"}, "ava_1", False),
-    ...          Call("cancel_pending_order", '{"order_id": "#W1", "reason": "ordered by mistake"}', "{}", False)]
+    >>> calls = [MadeCall("find_user_id_by_email", '{"email": "a@x"}', "ava_1", False),
+    ...          MadeCall("cancel_pending_order", '{"order_id": "#W1", "reason": "ordered by mistake"}', "{}", False)]
     >>> round(progress(gold, frozenset({"cancel_pending_order"}), g, calls, 0.0, []), 3)   # found; wrong write; no facts
     0.5
     """
