@@ -47,6 +47,7 @@ SFT_LEARNING_RATE = 1e-3
 SFT_WARMUP = 0.05
 GRPO_STEPS = 2
 GRPO_LEARNING_RATE = 1e-4
+GRPO_OPTIMIZER_STEPS = 1  # TrainConfig's default: one Adam step per GRPO step
 LORA_RANK = 8  # TrainConfig's default; alpha is twice the rank, so the update's scale stays the same
 GROUPS_PER_STEP = 8
 GROUP_SIZE = 8
@@ -84,13 +85,15 @@ def agent_config(
     fork_from: dict[str, Any] | None = None,
     grpo_learning_rate: float = GRPO_LEARNING_RATE,
     lora_rank: int = LORA_RANK,
+    grpo_optimizer_steps: int = GRPO_OPTIMIZER_STEPS,
 ) -> Any:
     """The demo's RunConfig: SFT epochs then GRPO steps on one customer-service environment.
 
     `fork_from` ({"model", "step"}, RunConfig.fork_from): start as that model stood at that step (its SFT
     epochs found done), so only the GRPO steps after it train, under this config's settings.
     `grpo_learning_rate` is GRPO's (SFT keeps SFT_LEARNING_RATE's schedule). `lora_rank`: the adapter's rank for
-    SFT and GRPO alike (alpha 2 x rank).
+    SFT and GRPO alike (alpha 2 x rank). `grpo_optimizer_steps`: Adam steps per GRPO step, each on a share of the
+    step's rollouts (TrainConfig.num_optimizer_steps): the same rollouts and about the same compute, a bigger move.
 
     >>> agent_config("/models/smollm2", "./.art").steps
     4
@@ -117,7 +120,14 @@ def agent_config(
             "batch_size": 4,
             "demonstrations_limit": demonstrations,
         },
-        train={"learning_rate": grpo_learning_rate, "seed": seed, "lora_rank": lora_rank, "lora_alpha": 2 * lora_rank},
+        train={
+            "learning_rate": grpo_learning_rate,
+            "seed": seed,
+            "lora_rank": lora_rank,
+            "lora_alpha": 2 * lora_rank,
+            # Named only when not TrainConfig's default, so the runs stored before this knob read as they were.
+            **({"num_optimizer_steps": grpo_optimizer_steps} if grpo_optimizer_steps != 1 else {}),
+        },
         sampling={"max_tokens": max_tokens, "temperature": 0.7},
         eval_every=0,
         eval={"scenarios": scenarios, "trials": tries},
@@ -225,6 +235,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--grpo-lr", type=learning_rate, default=GRPO_LEARNING_RATE, help="GRPO's learning rate (SFT's is its own)"
     )
     p.add_argument(
+        "--grpo-optimizer-steps",
+        type=int,
+        default=GRPO_OPTIMIZER_STEPS,
+        help="Adam steps per GRPO step, each on a share of the step's rollouts (default 1): the same gathering, a "
+        "bigger update",
+    )
+    p.add_argument(
         "--lora-rank",
         type=int,
         default=LORA_RANK,
@@ -274,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train_reward = args.train_reward
     if args.lora_rank < 1:
         p.error(f"--lora-rank {args.lora_rank}: a LoRA rank is a positive integer (the default is {LORA_RANK})")
+    if args.grpo_optimizer_steps < 1:
+        p.error(f"--grpo-optimizer-steps {args.grpo_optimizer_steps}: give 1 or more Adam steps per GRPO step")
     rank_suffix = "" if args.lora_rank == LORA_RANK else f"-r{args.lora_rank}"
     tries = args.tries if args.tries is not None else (1 if tau2 else EVAL_TRIES)
     from art_core.base_models import REGISTRY_MODELS, registry_model
@@ -317,6 +336,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fork_from=args.fork_from,
         grpo_learning_rate=args.grpo_lr,
         lora_rank=args.lora_rank,
+        grpo_optimizer_steps=args.grpo_optimizer_steps,
         **sizes,
     )
     from art_pipeline.flows.config import EvaluateConfig

@@ -221,6 +221,7 @@ def _train_grpo_step(session: TrainerSession, groups: list[TrajectoryGroup], con
         "kl_to_sampler": 0.0,
         "entropy": 0.0,
         "grad_norm": 0.0,
+        "optimizer_steps": 0,  # AdamW steps taken: one per mini-batch (TrainConfig.num_optimizer_steps)
         "update_norm": 0.0,  # L2 norm of the adapter's change over the step: how far the policy moved
         "trainable_tokens": 0,
         "tokens": 0,  # tokens of the trained sequences, each counted whole (tokens_in_batch)
@@ -456,6 +457,7 @@ def run_passes(
         kl_to_sampler=metrics["kl_to_sampler"] / n,
         entropy=entropy_sum / n,
         grad_norm=sum(grad_norms) / len(grad_norms),
+        optimizer_steps=len(grad_norms),
         trainable_tokens=total.tokens,
         ratio_mean=total.ratio / n,
     )

@@ -55,7 +55,7 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
 
     # A GRPO variant from the SFT epoch, under a new name: SFT is not trained again, the base not evaluated
     fork = argv + ["--model", "variant", "--fork-from", "retail-seed0:1", "--train-reward", "safe_progress"]
-    fork += ["--grpo-lr", "3e-4"]
+    fork += ["--grpo-lr", "3e-4", "--grpo-optimizer-steps", "2"]
     varied = main(fork + ["--skip-base"])
     out = capsys.readouterr().out
     assert varied["train"].trained_steps == [2] and varied["train"].sft.trained_steps == []
@@ -67,6 +67,8 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     history = tmp_path / "art" / "demo-agent-tiny" / "models" / "variant" / "history.jsonl"
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["train/learning_rate"] for r in records if "train/learning_rate" in r] == [3e-4]  # the variant's rate
+    stepped = [r["train/optimizer_steps"] for r in records if "train/optimizer_steps" in r]
+    assert stepped == [2]  # --grpo-optimizer-steps 2: two Adam steps, each on one of the group's two rollouts
 
 
 def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refused_first(tmp_path, capsys):
@@ -88,6 +90,9 @@ def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refu
         main(["--domain", "tau2-retail", "--train-reward", "safe_progress", "--storage", str(tmp_path / "art")])
     assert "tau2-retail trains on tau2's own reward ('task', the default) or on 'progress'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
+        main(["--grpo-optimizer-steps", "0", "--storage", str(tmp_path / "art")])
+    assert "--grpo-optimizer-steps 0: give 1 or more Adam steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         main(["--lora-rank", "0", "--storage", str(tmp_path / "art")])
     assert "--lora-rank 0: a LoRA rank is a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "art").exists()
@@ -99,6 +104,8 @@ def test_the_lora_rank_reaches_sft_and_grpo_alike():
     default, wider = agent_config("/models/m", "./.art"), agent_config("/models/m", "./.art", lora_rank=32)
     assert (default.train.lora_rank, default.train.lora_alpha) == (8, 16)  # TrainConfig's own defaults
     assert (wider.train.lora_rank, wider.train.lora_alpha) == (32, 64)
+    assert default.train.num_optimizer_steps == 1  # one Adam step per GRPO step unless asked
+    assert agent_config("/models/m", "./.art", grpo_optimizer_steps=4).train.num_optimizer_steps == 4
 
 
 def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tmp_path, tiny_model_path, monkeypatch):

@@ -244,6 +244,7 @@ def test_kl_penalty_against_the_base_model_and_several_optimizer_steps(tiny_mode
     )
     # The second mini-batch runs after one AdamW step: the policy has left the base model.
     assert two.metrics["kl"] > 0 and two.metrics["kl_to_sampler"] > 0
+    assert (one.metrics["optimizer_steps"], two.metrics["optimizer_steps"]) == (1, 2)
 
 
 def test_checkpoints_live_in_s3_and_resume_from_there(tiny_model_path, s3_root, fresh_trainer):
