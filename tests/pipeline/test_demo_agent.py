@@ -67,8 +67,8 @@ def test_demo_agent_trains_sft_then_grpo_and_prints_the_category_table(
     history = tmp_path / "art" / "demo-agent-tiny" / "models" / "variant" / "history.jsonl"
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["train/learning_rate"] for r in records if "train/learning_rate" in r] == [3e-4]  # the variant's rate
-    stepped = [r["train/optimizer_steps"] for r in records if "train/optimizer_steps" in r]
-    assert stepped == [2]  # --grpo-optimizer-steps 2: two Adam steps, each on one of the group's two rollouts
+    (step,) = [r for r in records if "train/optimizer_steps" in r]  # an Adam step a mini-batch, none if no signal
+    assert step["train/optimizer_steps"] == min(2, step["train/trained_trajectories"])
 
 
 def test_another_base_model_trains_under_its_own_name_and_a_missing_file_is_refused_first(tmp_path, capsys):
@@ -106,6 +106,23 @@ def test_the_lora_rank_reaches_sft_and_grpo_alike():
     assert (wider.train.lora_rank, wider.train.lora_alpha) == (32, 64)
     assert default.train.num_optimizer_steps == 1  # one Adam step per GRPO step unless asked
     assert agent_config("/models/m", "./.art", grpo_optimizer_steps=4).train.num_optimizer_steps == 4
+
+
+def test_grpo_optimizer_steps_reach_the_runs_train_config(tmp_path, tiny_model_path, monkeypatch):
+    import art_pipeline.flows.train as train_flow
+    from art_pipeline.flows.demo_agent import main
+
+    class Trained(Exception):
+        pass
+
+    def train(config):  # the run as the flow receives it, stopped before any server starts
+        raise Trained(config)
+
+    monkeypatch.setattr(train_flow, "train", train)
+    monkeypatch.setenv("ART_TINY_MODEL", tiny_model_path)
+    with pytest.raises(Trained) as run:
+        main(["--tiny", "--storage", str(tmp_path / "art"), "--grpo-optimizer-steps", "3"])
+    assert run.value.args[0].train.num_optimizer_steps == 3
 
 
 def test_a_fork_from_a_model_that_does_not_exist_is_refused_before_any_server(tmp_path, tiny_model_path, monkeypatch):
