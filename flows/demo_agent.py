@@ -125,8 +125,7 @@ def agent_config(
             "seed": seed,
             "lora_rank": lora_rank,
             "lora_alpha": 2 * lora_rank,
-            # Named only when not TrainConfig's default, so the runs stored before this knob read as they were.
-            **({"num_optimizer_steps": grpo_optimizer_steps} if grpo_optimizer_steps != 1 else {}),
+            "num_optimizer_steps": grpo_optimizer_steps,
         },
         sampling={"max_tokens": max_tokens, "temperature": 0.7},
         eval_every=0,
